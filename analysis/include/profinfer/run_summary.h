@@ -1,0 +1,26 @@
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+// What `profinfer info` shows: one run's headline numbers, from the store only.
+struct RunSummary {
+    std::map<std::string, std::string> meta;
+    int64_t tokens = 0;  // tokens processed (sum of batch sizes)
+    int64_t decode_calls = 0, prefill_calls = 0;
+    double ttft_ms = 0;         // duration of the first prefill call
+    double median_tpot_ms = 0;  // median duration of the decode calls
+    std::map<std::string, int64_t> lost_events;
+    std::vector<std::string> attached_probes, missing_probes;  // "symbol (library): reason"
+
+    static RunSummary load(const std::filesystem::path& db);
+    nlohmann::json to_json() const;  // keys documented in docs/cli.md; stable
+    std::string to_text() const;
+};
+
+}  // namespace profinfer

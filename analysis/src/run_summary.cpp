@@ -1,0 +1,88 @@
+#include "profinfer/run_summary.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "profinfer/store.h"
+
+namespace profinfer {
+
+RunSummary RunSummary::load(const std::filesystem::path& path) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    RunSummary s;
+    s.meta = db.meta();
+    s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM tokens");
+    s.prefill_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'prefill'");
+    s.decode_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'");
+    {
+        store::Statement st(db.handle(), "SELECT end_ns - start_ns FROM tokens WHERE phase = 'prefill' ORDER BY start_ns LIMIT 1");
+        if (st.step()) s.ttft_ms = st.column_int(0) / 1e6;
+    }
+    {
+        std::vector<int64_t> d;
+        store::Statement st(db.handle(), "SELECT end_ns - start_ns FROM tokens WHERE phase = 'decode'");
+        while (st.step()) d.push_back(st.column_int(0));
+        if (!d.empty()) {
+            std::sort(d.begin(), d.end());
+            size_t n = d.size();
+            s.median_tpot_ms = (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2.0) / 1e6;
+        }
+    }
+    {
+        store::Statement st(db.handle(), "SELECT kind, count FROM lost_events");
+        while (st.step()) s.lost_events[st.column_text(0)] = st.column_int(1);
+    }
+    {
+        store::Statement st(db.handle(), "SELECT symbol, coalesce(library, ''), kind, attached, coalesce(reason, '') FROM probes");
+        while (st.step()) {
+            std::string lib = std::filesystem::path(st.column_text(1)).filename().string();
+            std::string what = st.column_text(0) + " " + st.column_text(2) + " (" + lib + ")";
+            if (st.column_int(3))
+                s.attached_probes.push_back(what);
+            else
+                s.missing_probes.push_back(what + ": " + st.column_text(4));
+        }
+    }
+    return s;
+}
+
+nlohmann::json RunSummary::to_json() const {
+    int64_t lost = 0;
+    for (const auto& [k, n] : lost_events) lost += n;
+    auto m = [&](const char* k) { auto it = meta.find(k); return it == meta.end() ? std::string() : it->second; };
+    return {
+        {"status", m("status")},
+        {"level", m("level")},
+        {"command", m("command")},
+        {"pid", m("pid")},
+        {"tokens", tokens},
+        {"prefill_calls", prefill_calls},
+        {"decode_calls", decode_calls},
+        {"ttft_ms", ttft_ms},
+        {"median_tpot_ms", median_tpot_ms},
+        {"lost_events", lost},
+        {"lost_events_by_kind", lost_events},
+        {"attached_probes", attached_probes},
+        {"missing_probes", missing_probes},
+        {"meta", meta},
+    };
+}
+
+std::string RunSummary::to_text() const {
+    auto j = to_json();
+    std::ostringstream o;
+    o << "status          " << j["status"].get<std::string>() << "\n"
+      << "command         " << j["command"].get<std::string>() << "\n"
+      << "level           " << j["level"].get<std::string>() << "\n"
+      << "tokens          " << tokens << "\n"
+      << "prefill calls   " << prefill_calls << "\n"
+      << "decode calls    " << decode_calls << "\n"
+      << "TTFT            " << ttft_ms << " ms\n"
+      << "median TPOT     " << median_tpot_ms << " ms\n"
+      << "lost events     " << j["lost_events"].get<int64_t>() << "\n"
+      << "probes attached " << attached_probes.size() << "\n";
+    for (const auto& p : missing_probes) o << "probe missing   " << p << "\n";
+    return o.str();
+}
+
+}  // namespace profinfer

@@ -1,0 +1,34 @@
+#include "profinfer/recorder.h"
+#include "subcommands.h"
+
+namespace profinfer::cli {
+
+void add_record(CLI::App& app, std::function<int()>& action) {
+    auto opts = std::make_shared<RecordOptions>();
+    auto level = std::make_shared<std::string>("token");
+    auto pid = std::make_shared<int>(0);
+    auto* cmd = app.add_subcommand("record", "Record a llama.cpp process into a trace database");
+    cmd->footer(
+        "Examples:\n"
+        "  profinfer record -o run.db -- llama-simple -m model.gguf -n 16 \"Hello\"\n"
+        "  profinfer record --pid 1234 -o run.db\n"
+        "A launched command is held before exec until the probes are in place, so its first\n"
+        "llama_decode is recorded; libraries it loads later (dlopen) are attached when loaded.\n"
+        "Needs root, or CAP_BPF and CAP_PERFMON.");
+    cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
+    cmd->add_option("--level", *level, "What to trace: token, graph, op or full")->capture_default_str();
+    cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
+    cmd->add_option("--board", opts->board, "Board profile name stored with the run")->capture_default_str();
+    cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
+    cmd->add_option("command", opts->command, "Command to launch (after --)");
+    cmd->positionals_at_end();
+    cmd->callback([&action, opts, level, pid] {
+        action = [opts, level, pid] {
+            opts->level = parse_trace_level(*level);
+            if (*pid) opts->pid = *pid;
+            return record(*opts);
+        };
+    });
+}
+
+}  // namespace profinfer::cli

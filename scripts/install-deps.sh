@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages profinfer needs, only those missing.
+# Called by the Makefile before any build; safe to run repeatedly.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libbpf-dev bpftool clang llvm libelf-dev libdw-dev zlib1g-dev
+  libsqlite3-dev sqlite3
+  libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
+  gnuplot-nox libgnuplot-iostream-dev libboost-iostreams-dev libboost-system-dev libboost-filesystem-dev
+  libpfm4-dev graphviz
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+# Only the experiments' BLAS flavour needs BLIS; install it on request.
+if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then exit 0; fi
+
+echo "profinfer: installing Debian packages: ${missing[*]}" >&2
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "profinfer: need root to install ${missing[*]} (run as root or install them yourself)" >&2; exit 1
+  fi
+else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,67 @@
+#pragma once
+// The trace store: one SQLite database per run. The schema is declared once, in
+// store/src/schema.sql (compiled in), versioned by PRAGMA user_version and documented
+// in docs/trace-store.md. The tracer writes through Writer; the analysis reads with
+// plain SQL through Database.
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace profinfer::store {
+
+constexpr int kSchemaVersion = 1;
+
+// A statement bound positionally; step() returns true while rows come.
+class Statement {
+public:
+    Statement(sqlite3* db, const char* sql);
+    ~Statement();
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& bind(int i, int64_t v);
+    Statement& bind(int i, double v);
+    Statement& bind(int i, const std::string& v);
+    Statement& bind_null(int i);
+    bool step();
+    void run();  // step to completion, then reset for reuse
+    void reset();
+    int64_t column_int(int i) const;
+    double column_double(int i) const;
+    std::string column_text(int i) const;
+    bool column_is_null(int i) const;
+
+private:
+    sqlite3* db_;
+    sqlite3_stmt* st_ = nullptr;
+};
+
+class Database {
+public:
+    enum class Mode { ReadOnly, Create };
+    Database(const std::filesystem::path& path, Mode mode);
+    ~Database();
+    Database(const Database&) = delete;
+    Database& operator=(const Database&) = delete;
+
+    void exec(const std::string& sql);
+    sqlite3* handle() const { return db_; }
+    const std::filesystem::path& path() const { return path_; }
+    int64_t scalar(const std::string& sql);  // first column of the first row, 0 if none
+    std::map<std::string, std::string> meta();
+
+private:
+    std::filesystem::path path_;
+    sqlite3* db_ = nullptr;
+};
+
+// Run status written to meta.status: recording is in progress; it ended normally;
+// it was cut short (target crash, signal) but what was recorded is consistent; or
+// nothing useful was recorded because recording could not start.
+enum class RunStatus { Running, Complete, Incomplete, Failed };
+const char* to_string(RunStatus s);
+
+}  // namespace profinfer::store

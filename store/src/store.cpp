@@ -1,0 +1,103 @@
+#include "profinfer/store.h"
+
+#include "profinfer/error.h"
+
+namespace profinfer::store {
+
+namespace {
+const char kSchema[] =
+#include "schema.sql.inc"
+    ;
+}
+
+const char* to_string(RunStatus s) {
+    switch (s) {
+        case RunStatus::Running: return "running";
+        case RunStatus::Complete: return "complete";
+        case RunStatus::Incomplete: return "incomplete";
+        case RunStatus::Failed: return "failed";
+    }
+    return "?";
+}
+
+Statement::Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
+        throw Error(std::string("SQL error: ") + sqlite3_errmsg(db) + " in: " + sql);
+}
+Statement::~Statement() { sqlite3_finalize(st_); }
+Statement& Statement::bind(int i, int64_t v) { return sqlite3_bind_int64(st_, i, v), *this; }
+Statement& Statement::bind(int i, double v) { return sqlite3_bind_double(st_, i, v), *this; }
+Statement& Statement::bind(int i, const std::string& v) {
+    return sqlite3_bind_text(st_, i, v.c_str(), int(v.size()), SQLITE_TRANSIENT), *this;
+}
+Statement& Statement::bind_null(int i) { return sqlite3_bind_null(st_, i), *this; }
+bool Statement::step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw Error(std::string("SQL error: ") + sqlite3_errmsg(db_));
+}
+void Statement::run() {
+    while (step()) {
+    }
+    reset();
+}
+void Statement::reset() { sqlite3_reset(st_), sqlite3_clear_bindings(st_); }
+int64_t Statement::column_int(int i) const { return sqlite3_column_int64(st_, i); }
+double Statement::column_double(int i) const { return sqlite3_column_double(st_, i); }
+std::string Statement::column_text(int i) const {
+    auto p = sqlite3_column_text(st_, i);
+    return p ? reinterpret_cast<const char*>(p) : "";
+}
+bool Statement::column_is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+
+Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
+    if (mode == Mode::ReadOnly && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
+    int flags = mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        throw Error("cannot open trace database " + path.string() + ": " + msg);
+    }
+    sqlite3_busy_timeout(db_, 2000);
+    if (mode == Mode::Create) {
+        if (scalar("SELECT count(*) FROM sqlite_master") != 0)
+            throw Error(path.string() + " already holds a database; choose another -o or remove it");
+        exec("PRAGMA journal_mode = WAL");
+        exec("PRAGMA synchronous = NORMAL");
+        exec("BEGIN");
+        exec(kSchema);
+        exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+        exec("COMMIT");
+    } else {
+        int64_t v = scalar("PRAGMA user_version");
+        if (v != kSchemaVersion)
+            throw Error(path.string() + " has trace schema version " + std::to_string(v) + "; this profinfer reads version " +
+                        std::to_string(kSchemaVersion) + (v == 0 ? " (is it a profinfer trace?)" : ""));
+    }
+}
+
+Database::~Database() { sqlite3_close(db_); }
+
+void Database::exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+        std::string msg = err ? err : "unknown error";
+        sqlite3_free(err);
+        throw Error("SQL error on " + path_.string() + ": " + msg);
+    }
+}
+
+int64_t Database::scalar(const std::string& sql) {
+    Statement st(db_, sql.c_str());
+    return st.step() ? st.column_int(0) : 0;
+}
+
+std::map<std::string, std::string> Database::meta() {
+    std::map<std::string, std::string> m;
+    Statement st(db_, "SELECT key, value FROM meta");
+    while (st.step()) m[st.column_text(0)] = st.column_text(1);
+    return m;
+}
+
+}  // namespace profinfer::store

@@ -1,0 +1,29 @@
+#pragma once
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+enum class TraceLevel { Token, Graph, Op, Full };
+TraceLevel parse_trace_level(const std::string& s);
+const char* to_string(TraceLevel l);
+
+struct RecordOptions {
+    std::filesystem::path output = "run.db";
+    TraceLevel level = TraceLevel::Token;
+    std::optional<pid_t> pid;          // attach to a running process ...
+    std::vector<std::string> command;  // ... or launch this one
+    std::string board = "host";
+    bool quiet = false;
+};
+
+// Records one run into a new trace store. Returns the exit status for the
+// profinfer process: 0, or the launched command's non-zero status. Throws
+// profinfer::Error (after marking the store failed) when recording cannot happen.
+int record(const RecordOptions& opts);
+
+}  // namespace profinfer

@@ -1,0 +1,87 @@
+#include "target.h"
+
+#include <signal.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "profinfer/error.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+const char* to_string(LibRole r) {
+    switch (r) {
+        case LibRole::Llama: return "libllama";
+        case LibRole::Ggml: return "libggml";
+        case LibRole::GgmlBase: return "libggml-base";
+        case LibRole::GgmlCpu: return "libggml-cpu";
+        case LibRole::Other: return "other";
+    }
+    return "?";
+}
+
+LibRole classify_library(const fs::path& path) {
+    const std::string n = path.filename().string();
+    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    if (starts("libllama-common")) return LibRole::Other;
+    if (starts("libllama.") || starts("libllama-") || n == "libllama.so") return LibRole::Llama;
+    if (starts("libggml-base")) return LibRole::GgmlBase;
+    if (starts("libggml-cpu")) return LibRole::GgmlCpu;
+    if (starts("libggml.")) return LibRole::Ggml;
+    return LibRole::Other;
+}
+
+std::vector<MappedLibrary> mapped_libraries(pid_t pid) {
+    std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+    if (!maps) throw Error("cannot read /proc/" + std::to_string(pid) + "/maps: no such process, or no permission");
+    std::vector<MappedLibrary> out;
+    std::set<std::string> seen;
+    std::string line;
+    while (std::getline(maps, line)) {
+        std::istringstream ls(line);
+        std::string range, perms, offset, dev, inode, path;
+        ls >> range >> perms >> offset >> dev >> inode;
+        std::getline(ls >> std::ws, path);
+        if (path.empty() || path[0] != '/' || perms.size() < 3 || perms[2] != 'x') continue;
+        if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
+        if (seen.insert(path).second) out.push_back({path, classify_library(path)});
+    }
+    return out;
+}
+
+fs::path own_dynamic_loader() {
+    for (const auto& lib : mapped_libraries(getpid())) {
+        auto n = lib.path.filename().string();
+        if (n.rfind("ld-linux", 0) == 0 || n.rfind("ld64", 0) == 0 || n.rfind("ld-", 0) == 0) return lib.path;
+    }
+    throw Error("cannot find the dynamic loader in /proc/self/maps (is profinfer linked statically?)");
+}
+
+bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+namespace {
+std::string read_stat(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s;
+    std::getline(f, s);
+    return s;
+}
+}  // namespace
+
+char process_state(pid_t pid) {
+    std::string s = read_stat(pid);
+    auto p = s.rfind(')');  // comm may contain spaces and parentheses
+    return (p == std::string::npos || p + 2 >= s.size()) ? 0 : s[p + 2];
+}
+
+std::string process_comm(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
+    std::string s;
+    std::getline(f, s);
+    return s;
+}
+
+}  // namespace profinfer
