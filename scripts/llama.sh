@@ -4,6 +4,7 @@
 #   scripts/llama.sh ensure FLAVOUR   build or unpack FLAVOUR into the cache if missing,
 #                                     then print the path of its manifest.json
 #   scripts/llama.sh manifest FLAVOUR print the manifest path (fails if not built)
+#   scripts/llama.sh program FLAVOUR NAME   print the path of a built program (llama-bench, ...)
 #
 # FLAVOUR: debug    RelWithDebInfo build of the bundled source, shared libs, CPU backend
 #          blis     as debug, plus GGML_BLAS with Debian's BLIS (prefill experiments)
@@ -40,7 +41,7 @@ ensure_source() {
   local bundle=$ROOT/npm/node-llama-cpp/llama/gitRelease.bundle
   [[ -f $bundle ]] || die "node-llama-cpp@$NLC_VERSION has no llama/gitRelease.bundle"
   rm -rf "$src.tmp"
-  git clone -q "$bundle" "$src.tmp" || die "cloning $bundle failed"
+  git -c advice.detachedHead=false clone -q "$bundle" "$src.tmp" || die "cloning $bundle failed"
   mv "$src.tmp" "$src"
 }
 
@@ -58,10 +59,11 @@ write_manifest() { # dir flavour bin_dir lib_dir debug_info
   "debug_info": $dbg,
   "bin_dir": "$bin",
   "lib_dir": "$lib",
-  "libllama": "$(cd "$lib" && ls libllama*.so | grep -v common | head -1)",
+  "libllama": "$(cd "$lib" && ls libllama.so libllama.v*.so 2>/dev/null | head -1)",
   "libggml": "$(cd "$lib" && ls libggml.so libggml.v*.so 2>/dev/null | head -1)",
   "libggml_base": "libggml-base.so",
-  "libggml_cpu": [$cpu_libs]
+  "libggml_cpu": [$cpu_libs],
+  "include_dirs": ["$ROOT/src/include", "$ROOT/src/ggml/include"]
 }
 JSON
   mv "$dir/manifest.json.tmp" "$dir/manifest.json"
@@ -82,6 +84,7 @@ build_flavour() { # flavour
 
 unpack_release() {
   local dir=$ROOT/release
+  ensure_source   # the headers of the same commit, to build programs against these libraries
   npm_unpack "@node-llama-cpp/linux-x64@$NLC_VERSION" "$ROOT/npm/linux-x64"
   mkdir -p "$dir"
   local lib=$ROOT/npm/linux-x64/bins/linux-x64
@@ -105,5 +108,10 @@ case $cmd in
   manifest)
     [[ -f $manifest ]] || die "llama.cpp flavour '$flavour' is not built: run scripts/llama.sh ensure $flavour"
     echo "$manifest";;
-  *) die "usage: scripts/llama.sh ensure|manifest debug|blis|release";;
+  program)
+    [[ -f $manifest ]] || die "llama.cpp flavour '$flavour' is not built: run scripts/llama.sh ensure $flavour"
+    bin=$(sed -n 's/^ *"bin_dir": "\(.*\)",$/\1/p' "$manifest")
+    [[ -n $bin && -x $bin/${3:-} ]] || die "llama.cpp flavour '$flavour' has no program '${3:-}'"
+    echo "$bin/$3";;
+  *) die "usage: scripts/llama.sh ensure|manifest|program debug|blis|release [NAME]";;
 esac

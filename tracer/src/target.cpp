@@ -26,8 +26,8 @@ const char* to_string(LibRole r) {
 LibRole classify_library(const fs::path& path) {
     const std::string n = path.filename().string();
     auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
-    if (starts("libllama-common")) return LibRole::Other;
-    if (starts("libllama.") || starts("libllama-") || n == "libllama.so") return LibRole::Llama;
+    // libllama.so, libllama.so.0.4.0, libllama.v0.4.0.so — not libllama-common.so & co.
+    if (starts("libllama.")) return LibRole::Llama;
     if (starts("libggml-base")) return LibRole::GgmlBase;
     if (starts("libggml-cpu")) return LibRole::GgmlCpu;
     if (starts("libggml.")) return LibRole::Ggml;

@@ -1,0 +1,36 @@
+# Thin entry points; the real build is CMake (build/), the experiments Makefile.reproduce.
+#   make test                 install what is missing, build llama.cpp (cached) and profinfer, run all tests
+#   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board
+#   make build                just build/profinfer
+BUILD ?= build
+BOARD ?= host
+JOBS ?= $(shell nproc)
+CMAKE_BUILD_TYPE ?= RelWithDebInfo
+
+.PHONY: all deps llama build test reproduce clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+# The pinned llama.cpp: a debug-info build and the stock release libraries, cached in
+# $${PROFINFER_CACHE:-~/.cache/profinfer}; a second run costs seconds.
+llama: deps
+	@scripts/llama.sh ensure debug >/dev/null
+	@scripts/llama.sh ensure release >/dev/null
+
+$(BUILD)/Makefile: CMakeLists.txt
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) >/dev/null
+
+build: deps $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build llama
+	@cd $(BUILD) && ctest --output-on-failure -j1 $(if $(CI),,--timeout 1800)
+
+reproduce: build llama
+	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,80 @@
+// profinfer record on the real llama.cpp: token level, launch mode.
+#include <gtest/gtest.h>
+
+#include "profinfer/run_summary.h"
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+size_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+}
+
+TEST(RecordToken, LlamaSimpleSixteenTokens) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", llama_debug().program("llama-simple"), "-m",
+                  tiny_model("llama3.2-1b"), "-n", "16", "Hello world"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto s = RunSummary::load(d / "run.db");
+    EXPECT_EQ(s.meta["status"], "complete");
+    EXPECT_EQ(s.prefill_calls, 1);
+    EXPECT_EQ(s.decode_calls, 15);
+    int64_t lost = 0;
+    for (auto& [k, n] : s.lost_events) lost += n;
+    EXPECT_EQ(lost, 0);
+    EXPECT_TRUE(s.missing_probes.empty());
+    EXPECT_GT(s.ttft_ms, 0);
+    EXPECT_GT(s.median_tpot_ms, 0);
+
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode' AND n_tokens = 1"), 15);
+    EXPECT_GT(db.scalar("SELECT n_tokens FROM tokens WHERE phase = 'prefill'"), 1);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens WHERE end_ns <= start_ns OR ret != 0"), 0);
+    // Calls do not overlap and come in order.
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens a JOIN tokens b ON b.id = a.id + 1 WHERE b.start_ns < a.end_ns"), 0);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM libraries WHERE role = 'libllama' AND length(build_id) = 40"), 1);
+
+    auto info = run({profinfer_bin(), "info", "--json", d / "run.db"});
+    ASSERT_EQ(info.status, 0) << info.err;
+    auto j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["decode_calls"], 15);
+    EXPECT_EQ(j["prefill_calls"], 1);
+    EXPECT_EQ(j["lost_events"], 0);
+}
+
+TEST(RecordToken, NonLlamaProcessFailsClearly) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", "/bin/true"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("never loaded libllama"), std::string::npos) << r.err;
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.meta()["status"], "failed");
+}
+
+TEST(RecordToken, WrongPidAndMissingCommandFailClearly) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "-o", d / "a.db", "--pid", "999999999"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("no process with pid 999999999"), std::string::npos) << r.err;
+
+    r = run({profinfer_bin(), "record", "-o", d / "b.db", "--", "/no/such/program"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("cannot run /no/such/program"), std::string::npos) << r.err;
+}
+
+TEST(RecordToken, RefusesToOverwriteADatabase) {
+    TempDir d;
+    { store::Database db(d / "x.db", store::Database::Mode::Create); }
+    auto r = run({profinfer_bin(), "record", "-o", d / "x.db", "--", "/bin/true"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("already holds a database"), std::string::npos) << r.err;
+}

@@ -1,0 +1,104 @@
+// llama_graph_dump: runs a model with llama.cpp's own eval callback and prints every
+// computed graph node as one JSON line — an account of what llama.cpp executed that is
+// independent of profinfer's probes. For MUL_MAT_ID nodes it adds the expert ids the
+// router chose (src[2], i32 [n_expert_used, n_tokens]).
+//
+//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS]
+// Output lines: {"call":K,"name":...,"op":...,"src":[...],"ne":[...],"ids":[[...],...]}
+// where call K is the K-th llama_decode (0 = the prompt).
+#include <ggml-backend.h>
+#include <ggml.h>
+#include <llama.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+int g_call = 0;
+
+void print_json_string(const char* s) {
+    std::putchar('"');
+    for (; *s; ++s) {
+        if (*s == '"' || *s == '\\') std::putchar('\\');
+        if (static_cast<unsigned char>(*s) >= 0x20) std::putchar(*s);
+    }
+    std::putchar('"');
+}
+
+bool on_node(ggml_tensor* t, bool ask, void*) {
+    if (ask) return true;  // we want to see every node
+    std::printf("{\"call\":%d,\"name\":", g_call);
+    print_json_string(t->name);
+    std::printf(",\"op\":");
+    print_json_string(ggml_op_desc(t));
+    std::printf(",\"src\":[");
+    for (int i = 0; i < GGML_MAX_SRC && t->src[i]; ++i) {
+        if (i) std::putchar(',');
+        print_json_string(t->src[i]->name);
+    }
+    std::printf("],\"ne\":[%lld,%lld,%lld,%lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                (long long)t->ne[3]);
+    if (t->op == GGML_OP_MUL_MAT_ID && t->src[2] && t->src[2]->type == GGML_TYPE_I32) {
+        const ggml_tensor* ids = t->src[2];
+        // ids is usually a strided view of the router's argsort: copy its whole span.
+        std::vector<int32_t> buf((ggml_nbytes(ids) + sizeof(int32_t) - 1) / sizeof(int32_t));
+        ggml_backend_tensor_get(ids, buf.data(), 0, ggml_nbytes(ids));
+        std::printf(",\"ids\":[");
+        for (int64_t tok = 0; tok < ids->ne[1]; ++tok) {
+            std::printf(tok ? ",[" : "[");
+            for (int64_t k = 0; k < ids->ne[0]; ++k)
+                std::printf(k ? ",%d" : "%d", buf[tok * (ids->nb[1] / sizeof(int32_t)) + k]);
+            std::putchar(']');
+        }
+        std::putchar(']');
+    }
+    std::printf("}\n");
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: %s MODEL PROMPT N_PREDICT [THREADS]\n", argv[0]);
+        return 2;
+    }
+    const std::string prompt = argv[2];
+    const int n_predict = std::atoi(argv[3]);
+    const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
+    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+    ggml_backend_load_all();
+    llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
+    if (!model) return std::fprintf(stderr, "cannot load %s\n", argv[1]), 1;
+    const llama_vocab* vocab = llama_model_get_vocab(model);
+    int n = -llama_tokenize(vocab, prompt.c_str(), prompt.size(), nullptr, 0, true, true);
+    std::vector<llama_token> tokens(n);
+    llama_tokenize(vocab, prompt.c_str(), prompt.size(), tokens.data(), n, true, true);
+
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n + n_predict;
+    cp.n_batch = n;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.cb_eval = on_node;
+    llama_context* ctx = llama_init_from_model(model, cp);
+    if (!ctx) return std::fprintf(stderr, "cannot create a context\n"), 1;
+    llama_sampler* smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    llama_sampler_chain_add(smpl, llama_sampler_init_greedy());
+
+    llama_batch batch = llama_batch_get_one(tokens.data(), n);
+    llama_token next;
+    for (g_call = 0; g_call < n_predict; ++g_call) {
+        if (llama_decode(ctx, batch)) return std::fprintf(stderr, "llama_decode failed\n"), 1;
+        next = llama_sampler_sample(smpl, ctx, -1);
+        batch = llama_batch_get_one(&next, 1);
+    }
+    std::fflush(stdout);
+    llama_sampler_free(smpl);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}

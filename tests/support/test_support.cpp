@@ -1,0 +1,92 @@
+#include "test_support.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace profinfer::test {
+
+namespace {
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+}  // namespace
+
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    TempDir io;
+    const fs::path out = io / "out", err = io / "err";
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1), dup2(e, 2);
+        int devnull = ::open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    RunResult r;
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+fs::path profinfer_bin() { return PROFINFER_BIN; }
+fs::path graph_dump_bin() { return LLAMA_GRAPH_DUMP_BIN; }
+
+TempDir::TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "profinfer-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+}
+TempDir::~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+}
+
+const LlamaInstall& llama_debug() {
+    static LlamaInstall li = LlamaInstall::locate("debug");
+    return li;
+}
+
+fs::path tiny_model(const std::string& card, const std::string& type) {
+    static TempDir dir;
+    static std::mutex m;
+    std::lock_guard lock(m);
+    fs::path p = dir / (card + "-tiny-" + type + ".gguf");
+    if (!fs::exists(p)) {
+        auto r = run({profinfer_bin(), "model", "synth", "--card", card, "--scale", "tiny", "--type", type, "-o", p});
+        if (r.status != 0) throw std::runtime_error("profinfer model synth failed: " + r.err);
+    }
+    return p;
+}
+
+bool bpf_available(std::string* why) {
+    if (geteuid() != 0) {
+        *why = "needs root (or CAP_BPF+CAP_PERFMON) to load BPF programs; run as root";
+        return false;
+    }
+    if (!fs::exists("/sys/kernel/btf/vmlinux")) {
+        *why = "kernel has no BTF (/sys/kernel/btf/vmlinux)";
+        return false;
+    }
+    return true;
+}
+
+}  // namespace profinfer::test
