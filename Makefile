@@ -1,7 +1,7 @@
 # Thin entry points; the real build is CMake (build/), the experiments Makefile.reproduce.
 #   make test                 install what is missing, build llama.cpp (cached) and profinfer, run all tests
 #   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board
-#   make build                just build/profinfer
+#   make build                the pinned llama.cpp (cached) and build/profinfer
 BUILD ?= build
 BOARD ?= host
 JOBS ?= $(shell nproc)
@@ -23,10 +23,10 @@ llama: deps
 $(BUILD)/Makefile: CMakeLists.txt
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) >/dev/null
 
-build: deps $(BUILD)/Makefile
+build: deps llama $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j$(JOBS)
 
-test: build llama
+test: build
 	@cd $(BUILD) && ctest --output-on-failure -j1 $(if $(CI),,--timeout 1800)
 
 reproduce: build llama
