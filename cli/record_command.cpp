@@ -16,9 +16,19 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         "llama_decode is recorded; libraries it loads later (dlopen) are attached when loaded.\n"
         "Needs root, or CAP_BPF and CAP_PERFMON.");
     cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
-    cmd->add_option("--level", *level, "What to trace: token, graph, op or full")->capture_default_str();
+    cmd->add_option("--level", *level,
+                    "token: llama_decode calls; graph: + backend graphs; op: + every graph node on every thread; "
+                    "full: + scheduler events, counters, MoE expert ids")
+        ->capture_default_str();
     cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
     cmd->add_option("--board", opts->board, "Board profile name stored with the run")->capture_default_str();
+    cmd->add_option("--counters", opts->counters,
+                    std::string("Counters read per operator: perf names (cycles, cache-misses, major-faults, ...), "
+                                "raw codes (r2a) or libpfm4 names; default at --level full: ") + kDefaultCounters);
+    cmd->add_option("--qos-min-tps", opts->qos_min_tps,
+                    "Detach the operator probes while decode is slower than this many tokens/s; re-attach when the "
+                    "untraced speed is 20% above it");
+    cmd->add_option("--buffer-mb", opts->buffer_mb, "Ring buffer size in MiB (power of two)")->capture_default_str();
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();

@@ -2,9 +2,6 @@
 # shared libraries of the pinned llama.cpp as scripts/llama.sh built or unpacked them
 # (read from its manifest; no path is decided here).
 function(pinned_llama flavour)
-  if(TARGET llama_pinned_${flavour})
-    return()
-  endif()
   execute_process(COMMAND ${PROFINFER_LLAMA_SCRIPT} manifest ${flavour}
                   OUTPUT_VARIABLE manifest OUTPUT_STRIP_TRAILING_WHITESPACE
                   ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -15,6 +12,7 @@ function(pinned_llama flavour)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${manifest})
   file(READ ${manifest} json)
   string(JSON lib_dir GET "${json}" lib_dir)
+  string(JSON commit GET "${json}" llama_cpp_commit)
   string(JSON n_inc LENGTH "${json}" include_dirs)
   set(incs "")
   math(EXPR last "${n_inc} - 1")
@@ -32,4 +30,6 @@ function(pinned_llama flavour)
     INTERFACE_INCLUDE_DIRECTORIES "${incs}"
     INTERFACE_LINK_LIBRARIES "${libs}"
     INTERFACE_LINK_OPTIONS "-Wl,-rpath,${lib_dir}")
+  set(PINNED_LLAMA_${flavour}_INCLUDE_DIRS "${incs}" PARENT_SCOPE)
+  set(PINNED_LLAMA_COMMIT "${commit}" PARENT_SCOPE)
 endfunction()

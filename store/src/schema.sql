@@ -1,5 +1,6 @@
--- profinfer trace store, schema version 1 (PRAGMA user_version = 1).
+-- profinfer trace store, schema version 2 (PRAGMA user_version = 2).
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
+-- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
 CREATE TABLE meta (
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
@@ -8,15 +9,16 @@ CREATE TABLE meta (
 CREATE TABLE probes (
   symbol   TEXT NOT NULL,
   library  TEXT,
-  kind     TEXT NOT NULL,     -- uprobe, uretprobe, tracepoint
+  kind     TEXT NOT NULL,     -- uprobe, uretprobe, tp_btf
   attached INTEGER NOT NULL,  -- 1 or 0
   reason   TEXT               -- why it is missing, when attached = 0
 );
 -- Loaded libraries the tracer looked at, with their GNU build ids.
 CREATE TABLE libraries (
   path     TEXT PRIMARY KEY,
-  role     TEXT NOT NULL,     -- libllama, libggml, libggml-base, libggml-cpu, other
-  build_id TEXT
+  role     TEXT NOT NULL,     -- libllama, libggml, libggml-base, libggml-cpu
+  build_id TEXT,
+  debug_info INTEGER NOT NULL DEFAULT 0
 );
 -- One row per llama_decode call.
 CREATE TABLE tokens (
@@ -28,7 +30,110 @@ CREATE TABLE tokens (
   end_ns    INTEGER NOT NULL,
   n_tokens  INTEGER NOT NULL,  -- llama_batch.n_tokens; -1 if unreadable
   ret       INTEGER NOT NULL,  -- llama_decode's return value
-  phase     TEXT NOT NULL      -- prefill (first call of a sequence, or batch > 1) or decode
+  phase     TEXT NOT NULL      -- prefill (first call, or batch > 1) or decode
+);
+-- One row per graph a backend computed. api: backend (ggml_backend_graph_compute_async,
+-- any backend) or cpu (ggml_graph_compute, the CPU backend's graph; operators refer to it).
+CREATE TABLE graphs (
+  seq          INTEGER PRIMARY KEY,
+  pid          INTEGER NOT NULL,
+  tid          INTEGER NOT NULL,
+  start_ns     INTEGER NOT NULL,
+  end_ns       INTEGER NOT NULL,
+  api          TEXT NOT NULL,
+  cgraph       INTEGER NOT NULL,
+  backend      INTEGER,
+  backend_guid TEXT,            -- hex, for api = backend
+  backend_name TEXT,            -- CPU, BLAS, ... when the guid is known
+  n_nodes      INTEGER NOT NULL
+);
+-- One row per graph node and thread: the thread's part of the node.
+CREATE TABLE ops (
+  id             INTEGER PRIMARY KEY,
+  graph_seq      INTEGER NOT NULL,
+  tid            INTEGER NOT NULL,
+  ith            INTEGER NOT NULL,  -- ggml_compute_params.ith
+  nth            INTEGER NOT NULL,
+  start_cpu      INTEGER NOT NULL,
+  end_cpu        INTEGER NOT NULL,
+  start_ns       INTEGER NOT NULL,  -- the thread begins the node
+  compute_end_ns INTEGER NOT NULL,  -- it enters the barrier that ends the node
+  end_ns         INTEGER NOT NULL,  -- it begins the next node (or the graph returns)
+  tensor         INTEGER NOT NULL,
+  fused_tensor   INTEGER,           -- second node of a fused kernel (RMS_NORM+MUL)
+  barriers       INTEGER NOT NULL,  -- ggml_barrier calls in the node, the ending one included
+  c0 INTEGER, c1 INTEGER, c2 INTEGER, c3 INTEGER, c4 INTEGER, c5 INTEGER  -- counter deltas (see counters), NULL if unknown
+);
+CREATE INDEX ops_graph ON ops(graph_seq, tensor);
+-- One row per graph node (read by the thread with ith = 0).
+CREATE TABLE nodes (
+  id        INTEGER PRIMARY KEY,
+  graph_seq INTEGER NOT NULL,
+  ts_ns     INTEGER NOT NULL,
+  tensor    INTEGER NOT NULL,
+  op        TEXT NOT NULL,      -- ggml op name; UNARY and GLU nodes get their sub-op (TANH, SWIGLU)
+  op_code   INTEGER NOT NULL,
+  name      TEXT NOT NULL,      -- tensor name, e.g. ffn_out-0
+  type      INTEGER NOT NULL,   -- ggml_type
+  ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,
+  flags     INTEGER NOT NULL
+);
+CREATE INDEX nodes_graph ON nodes(graph_seq, tensor);
+-- The sources of each node: slot 0.. in src[] order; type and shape for the first three.
+CREATE TABLE node_srcs (
+  node_id INTEGER NOT NULL REFERENCES nodes(id),
+  slot    INTEGER NOT NULL,
+  tensor  INTEGER NOT NULL,
+  type    INTEGER,
+  op_code INTEGER,
+  ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,
+  PRIMARY KEY (node_id, slot)
+);
+-- Expert ids used by MUL_MAT_ID nodes: one row per token of the batch and slot (0..k-1).
+CREATE TABLE experts (
+  graph_seq INTEGER NOT NULL,
+  tensor    INTEGER NOT NULL,
+  name      TEXT,               -- the MUL_MAT_ID node, e.g. ffn_moe_up-3
+  layer     INTEGER,            -- from the name's -N suffix
+  token     INTEGER NOT NULL,   -- row of the batch
+  slot      INTEGER NOT NULL,
+  expert    INTEGER NOT NULL
+);
+-- Counters read per operator: index i fills column c<i> of ops.
+CREATE TABLE counters (
+  idx       INTEGER PRIMARY KEY,
+  name      TEXT NOT NULL,
+  perf_type INTEGER,
+  config    INTEGER,
+  available INTEGER NOT NULL,
+  reason    TEXT
+);
+CREATE TABLE sched_switch (
+  ts_ns      INTEGER NOT NULL,
+  cpu        INTEGER NOT NULL,
+  prev_tid   INTEGER NOT NULL,
+  prev_tgid  INTEGER NOT NULL,
+  prev_comm  TEXT NOT NULL,
+  prev_state INTEGER NOT NULL,  -- 0 = runnable (preempted), else the sleep state bits
+  next_tid   INTEGER NOT NULL,
+  next_tgid  INTEGER NOT NULL,
+  next_comm  TEXT NOT NULL,
+  preempt    INTEGER NOT NULL
+);
+CREATE TABLE sched_wakeup (
+  ts_ns      INTEGER NOT NULL,
+  cpu        INTEGER NOT NULL,  -- where the wakeup ran
+  tid        INTEGER NOT NULL,  -- the woken target thread
+  target_cpu INTEGER NOT NULL,
+  waker_tid  INTEGER NOT NULL,
+  waker_tgid INTEGER NOT NULL,
+  waker_comm TEXT NOT NULL
+);
+-- What the QoS controller did: detach or attach the operator probes.
+CREATE TABLE qos_events (
+  ts_ns  INTEGER NOT NULL,
+  action TEXT NOT NULL,
+  tokens_per_s REAL
 );
 -- Records the kernel side could not hand over (ring buffer full), per event kind.
 CREATE TABLE lost_events (

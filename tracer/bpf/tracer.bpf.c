@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* profinfer's kernel side: probe handlers that stamp and forward events to one
- * ring buffer. Settings are read-only globals set by user space before load. */
+ * ring buffer. Settings are read-only globals set by user space before load; the
+ * struct offsets they need come from user space too (DWARF or the built-in table). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "profinfer/events.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -14,14 +16,64 @@ const volatile __u32 target_tgid = 0;
 /* Stop the target when the dynamic loader changes its link map, so that user space can
  * attach to a just-loaded library before any of its code runs. */
 const volatile bool stop_on_library_load = false;
+const volatile __u32 n_counters = 0; /* perf counters per CPU in `counters` */
+const volatile __u32 n_cpus = 1;
+const volatile bool capture_experts = false;
+/* Written by user space once it knows the target's libraries (DWARF or built-in). */
+struct pi_layout layout = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 24);
+	__uint(max_entries, 1 << 24); /* resized by user space before load */
 } events SEC(".maps");
+
+/* counter c of CPU k at index c * n_cpus + k; sized by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 1);
+} counters SEC(".maps");
 
 /* Records that could not be reserved, per event kind; read at the end of the run. */
 __u64 lost_events[PI_EV_KIND_MAX] = {};
+/* Operator probes are live only while this is set (the QoS controller clears it
+ * between detaching and re-attaching them). */
+bool ops_enabled = true;
+__u64 graph_counter = 0;
+__u64 current_graph_seq = 0;
+
+static __always_inline bool is_target(__u64 pid_tgid)
+{
+	return (__u32)(pid_tgid >> 32) == target_tgid;
+}
+
+static __always_inline void fill_header_for(struct pi_event_header *h, __u32 kind, __u32 size,
+					    __u32 pid, __u32 tid)
+{
+	h->kind = kind;
+	h->size = size;
+	h->pid = pid;
+	h->tid = tid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->reserved = 0;
+}
+
+static __always_inline void fill_header(struct pi_event_header *h, __u32 kind, __u32 size,
+					__u64 pid_tgid)
+{
+	fill_header_for(h, kind, size, pid_tgid >> 32, (__u32)pid_tgid);
+}
+
+static __always_inline void *reserve(__u32 kind, __u32 size)
+{
+	void *p = bpf_ringbuf_reserve(&events, size, 0);
+	if (!p && kind < PI_EV_KIND_MAX)
+		__sync_fetch_and_add(&lost_events[kind], 1);
+	return p;
+}
+
+/* ---------------------------------------------------------------- token level */
 
 struct decode_entry {
 	__u64 start_ns;
@@ -34,22 +86,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct decode_entry);
 } decode_entries SEC(".maps");
-
-static __always_inline bool is_target(__u64 pid_tgid)
-{
-	return (__u32)(pid_tgid >> 32) == target_tgid;
-}
-
-static __always_inline void fill_header(struct pi_event_header *h, __u32 kind, __u32 size,
-					__u64 pid_tgid)
-{
-	h->kind = kind;
-	h->size = size;
-	h->pid = pid_tgid >> 32;
-	h->tid = (__u32)pid_tgid;
-	h->cpu = bpf_get_smp_processor_id();
-	h->reserved = 0;
-}
 
 /* llama_decode(struct llama_context *ctx, struct llama_batch batch): the 56-byte batch
  * goes by value. x86-64 SysV passes it in memory just above the return address;
@@ -66,7 +102,7 @@ int BPF_KPROBE(llama_decode_enter, void *lctx)
 #else
 	const void *batch = (const void *)PT_REGS_PARM2(ctx);
 #endif
-	bpf_probe_read_user(&e.n_tokens, sizeof(e.n_tokens), batch);
+	bpf_probe_read_user(&e.n_tokens, sizeof(e.n_tokens), batch + layout.batch_n_tokens);
 	__u32 tid = (__u32)pid_tgid;
 	bpf_map_update_elem(&decode_entries, &tid, &e, BPF_ANY);
 	return 0;
@@ -83,21 +119,396 @@ int BPF_KRETPROBE(llama_decode_exit, int ret)
 	struct decode_entry *e = bpf_map_lookup_elem(&decode_entries, &tid);
 	if (!e)
 		return 0; /* entry happened before we attached */
-	struct pi_token_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-	if (!ev) {
-		__sync_fetch_and_add(&lost_events[PI_EV_TOKEN], 1);
-		bpf_map_delete_elem(&decode_entries, &tid);
-		return 0;
+	struct pi_token_event *ev = reserve(PI_EV_TOKEN, sizeof(*ev));
+	if (ev) {
+		fill_header(&ev->h, PI_EV_TOKEN, sizeof(*ev), pid_tgid);
+		ev->start_ns = e->start_ns;
+		ev->end_ns = now;
+		ev->n_tokens = e->n_tokens;
+		ev->ret = ret;
+		bpf_ringbuf_submit(ev, 0);
 	}
-	fill_header(&ev->h, PI_EV_TOKEN, sizeof(*ev), pid_tgid);
-	ev->start_ns = e->start_ns;
-	ev->end_ns = now;
-	ev->n_tokens = e->n_tokens;
-	ev->ret = ret;
-	bpf_ringbuf_submit(ev, 0);
 	bpf_map_delete_elem(&decode_entries, &tid);
 	return 0;
 }
+
+/* ---------------------------------------------------------------- graph level */
+
+struct graph_entry {
+	__u64 start_ns;
+	__u64 cgraph, backend, seq;
+	__u8 guid[16];
+	__s32 n_nodes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64); /* tid << 8 | api */
+	__type(value, struct graph_entry);
+} graph_entries SEC(".maps");
+
+static __always_inline void graph_enter(__u32 api, void *backend, void *cgraph)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return;
+	struct graph_entry g = { .start_ns = bpf_ktime_get_ns(), .cgraph = (__u64)cgraph,
+				 .backend = (__u64)backend, .n_nodes = -1 };
+	if (backend) {
+		/* ggml_guid_t is a pointer to the 16 bytes */
+		__u64 guid_ptr = 0;
+		bpf_probe_read_user(&guid_ptr, sizeof(guid_ptr), backend + layout.backend_guid);
+		if (guid_ptr)
+			bpf_probe_read_user(g.guid, sizeof(g.guid), (const void *)guid_ptr);
+	}
+	bpf_probe_read_user(&g.n_nodes, sizeof(g.n_nodes), cgraph + layout.cgraph_n_nodes);
+	/* Operator records name the CPU graph they belong to. */
+	g.seq = __sync_fetch_and_add(&graph_counter, 1) + 1;
+	if (api == 2)
+		current_graph_seq = g.seq;
+	__u64 key = ((__u64)(__u32)pid_tgid << 8) | api;
+	bpf_map_update_elem(&graph_entries, &key, &g, BPF_ANY);
+}
+
+struct thread_state {
+	__u64 start_ns, last_barrier_ns;
+	__u64 tensor, fused;
+	__u64 graph_seq;
+	__s32 ith, nth;
+	__u32 barriers, start_cpu;
+	__u32 tid, tgid;
+	__u32 active, reserved;
+	__u64 counters[PI_MAX_COUNTERS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} thread_states SEC(".maps");
+
+static __always_inline void read_counters(__u64 *out)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
+		if (c >= n_counters)
+			break;
+		struct bpf_perf_event_value v = {};
+		if (bpf_perf_event_read_value(&counters, c * n_cpus + cpu, &v, sizeof(v)) == 0)
+			out[c] = v.counter;
+		else
+			out[c] = ~0ULL;
+	}
+}
+
+/* Emits the finished node of thread state ST, ending at NOW. */
+static __always_inline void emit_op(struct thread_state *st, __u64 now)
+{
+	struct pi_op_event *ev = reserve(PI_EV_OP, sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header_for(&ev->h, PI_EV_OP, sizeof(*ev), st->tgid, st->tid);
+	ev->start_ns = st->start_ns;
+	ev->compute_end_ns = st->barriers ? st->last_barrier_ns : now;
+	ev->end_ns = now;
+	ev->graph_seq = st->graph_seq;
+	ev->tensor = st->tensor;
+	ev->fused_tensor = st->fused;
+	ev->ith = st->ith;
+	ev->nth = st->nth;
+	ev->barriers = st->barriers;
+	ev->start_cpu = st->start_cpu;
+	__u64 now_counters[PI_MAX_COUNTERS] = {};
+	bool same_cpu = ev->h.cpu == st->start_cpu;
+	if (n_counters)
+		read_counters(now_counters);
+	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
+		if (c < n_counters && same_cpu && now_counters[c] != ~0ULL && st->counters[c] != ~0ULL)
+			ev->counters[c] = now_counters[c] - st->counters[c];
+		else
+			ev->counters[c] = ~0ULL;
+	}
+	bpf_ringbuf_submit(ev, 0);
+	st->active = 0;
+}
+
+struct flush_ctx {
+	__u64 now;
+	__u32 tgid;
+};
+
+static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *st, struct flush_ctx *fc)
+{
+	if (st->active && st->tgid == fc->tgid)
+		emit_op(st, fc->now);
+	return 0;
+}
+
+static __always_inline void graph_exit(__u32 api)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 key = ((__u64)(__u32)pid_tgid << 8) | api;
+	struct graph_entry *g = bpf_map_lookup_elem(&graph_entries, &key);
+	if (!g)
+		return;
+	if (api == 2) {
+		/* Every thread's last node ends when the graph returns. */
+		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32 };
+		bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);
+	}
+	struct pi_graph_event *ev = reserve(PI_EV_GRAPH, sizeof(*ev));
+	if (ev) {
+		fill_header(&ev->h, PI_EV_GRAPH, sizeof(*ev), pid_tgid);
+		ev->start_ns = g->start_ns;
+		ev->end_ns = now;
+		ev->graph_seq = g->seq;
+		ev->cgraph = g->cgraph;
+		ev->backend = g->backend;
+		__builtin_memcpy(ev->guid, g->guid, sizeof(ev->guid));
+		ev->n_nodes = g->n_nodes;
+		ev->api = api;
+		bpf_ringbuf_submit(ev, 0);
+	}
+	bpf_map_delete_elem(&graph_entries, &key);
+}
+
+/* enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t, struct ggml_cgraph *) */
+SEC("uprobe")
+int BPF_KPROBE(backend_graph_enter, void *backend, void *cgraph)
+{
+	graph_enter(1, backend, cgraph);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(backend_graph_exit)
+{
+	graph_exit(1);
+	return 0;
+}
+
+/* enum ggml_status ggml_graph_compute(struct ggml_cgraph *, struct ggml_cplan *) */
+SEC("uprobe")
+int BPF_KPROBE(cpu_graph_enter, void *cgraph)
+{
+	graph_enter(2, 0, cgraph);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cpu_graph_exit)
+{
+	graph_exit(2);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- operator level */
+
+static __always_inline void read_shape(struct pi_tensor_shape *s, const void *t)
+{
+	s->addr = (__u64)t;
+	if (!t)
+		return;
+	bpf_probe_read_user(&s->ne, sizeof(s->ne), t + layout.tensor_ne);
+	bpf_probe_read_user(&s->type, sizeof(s->type), t + layout.tensor_type);
+	bpf_probe_read_user(&s->op, sizeof(s->op), t + layout.tensor_op);
+}
+
+static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *node, const void *ids)
+{
+	__s64 ne[2] = {};
+	__u64 nb1 = 0, data = 0;
+	bpf_probe_read_user(ne, sizeof(ne), ids + layout.tensor_ne);
+	bpf_probe_read_user(&nb1, sizeof(nb1), ids + layout.tensor_nb + 8);
+	bpf_probe_read_user(&data, sizeof(data), ids + layout.tensor_data);
+	if (ne[0] <= 0 || ne[1] <= 0 || !data)
+		return;
+	struct pi_experts_event *ev = reserve(PI_EV_EXPERTS, sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header(&ev->h, PI_EV_EXPERTS, sizeof(*ev), pid_tgid);
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->graph_seq = seq;
+	ev->tensor = (__u64)node;
+	ev->n_used = ne[0];
+	ev->n_tokens = ne[1];
+	ev->reserved = 0;
+	__u32 k = ne[0], n = 0;
+	for (__u32 i = 0; i < PI_MAX_EXPERT_IDS; i++) {
+		__u32 tok = i / k, j = i % k;
+		if (tok >= ne[1])
+			break;
+		__s32 id = -1;
+		bpf_probe_read_user(&id, sizeof(id), (void *)(data + tok * nb1 + j * 4));
+		ev->ids[i & (PI_MAX_EXPERT_IDS - 1)] = id;
+		n = i + 1;
+	}
+	ev->n_ids = n;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+static __always_inline void emit_node(__u64 pid_tgid, __u64 seq, const void *t)
+{
+	struct pi_node_event *ev = reserve(PI_EV_NODE, sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header(&ev->h, PI_EV_NODE, sizeof(*ev), pid_tgid);
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->graph_seq = seq;
+	read_shape(&ev->dst, t);
+	bpf_probe_read_user(&ev->op_param0, sizeof(ev->op_param0), t + layout.tensor_op_params);
+	bpf_probe_read_user(&ev->flags, sizeof(ev->flags), t + layout.tensor_flags);
+	bpf_probe_read_user(ev->src, sizeof(ev->src), t + layout.tensor_src);
+	for (int i = 0; i < PI_DETAIL_SRC; i++)
+		read_shape(&ev->src_shape[i], (const void *)ev->src[i]);
+	bpf_probe_read_user_str(ev->name, sizeof(ev->name), t + layout.tensor_name);
+	__u32 op = ev->dst.op;
+	__u64 ids = ev->src[2];
+	bpf_ringbuf_submit(ev, 0);
+	if (capture_experts && op == layout.op_mul_mat_id && ids)
+		emit_experts(pid_tgid, seq, t, (const void *)ids);
+}
+
+/* A thread begins node TENSOR (and FUSED, when one kernel computes two nodes). */
+static __always_inline void node_start(const void *params, const void *tensor, const void *fused)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid) || !ops_enabled)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tid = (__u32)pid_tgid;
+	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
+	if (!st) {
+		struct thread_state zero = { .tid = tid, .tgid = pid_tgid >> 32 };
+		bpf_map_update_elem(&thread_states, &tid, &zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&thread_states, &tid);
+		if (!st)
+			return;
+	}
+	if (st->active)
+		emit_op(st, now);
+	st->start_ns = now;
+	st->last_barrier_ns = 0;
+	st->barriers = 0;
+	st->tensor = (__u64)tensor;
+	st->fused = (__u64)fused;
+	st->graph_seq = current_graph_seq;
+	st->ith = -1;
+	st->nth = -1;
+	bpf_probe_read_user(&st->ith, sizeof(st->ith), params + layout.params_ith);
+	bpf_probe_read_user(&st->nth, sizeof(st->nth), params + layout.params_nth);
+	st->start_cpu = bpf_get_smp_processor_id();
+	if (n_counters)
+		read_counters(st->counters);
+	st->active = 1;
+	if (st->ith == 0) {
+		emit_node(pid_tgid, st->graph_seq, tensor);
+		if (fused)
+			emit_node(pid_tgid, st->graph_seq, fused);
+	}
+}
+
+/* bool ggml_cpu_extra_compute_forward(struct ggml_compute_params *, struct ggml_tensor *):
+ * ggml_compute_forward (inlined in today's builds) calls it first for every node it
+ * computes, on every thread — the one per-node entry point that survives inlining. */
+SEC("uprobe")
+int BPF_KPROBE(extra_compute_forward, void *params, void *tensor)
+{
+	node_start(params, tensor, 0);
+	return 0;
+}
+
+/* void ggml_compute_forward_rms_norm_mul_fused(params, struct ggml_tensor *rms_norm,
+ * struct ggml_tensor *mul): the fused RMS_NORM+MUL kernel, which bypasses
+ * ggml_compute_forward. */
+SEC("uprobe")
+int BPF_KPROBE(rms_norm_mul_fused, void *params, void *norm, void *mul)
+{
+	node_start(params, norm, mul);
+	return 0;
+}
+
+/* void ggml_compute_forward(struct ggml_compute_params *, struct ggml_tensor *): older
+ * builds where it is a symbol. */
+SEC("uprobe")
+int BPF_KPROBE(compute_forward, void *params, void *tensor)
+{
+	node_start(params, tensor, 0);
+	return 0;
+}
+
+/* void ggml_barrier(struct ggml_threadpool *): the graph loop calls it after every node;
+ * some kernels call it inside a node too. The last one before the next node ends the
+ * node's compute. */
+SEC("uprobe")
+int BPF_KPROBE(barrier_enter)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return 0;
+	__u32 tid = (__u32)pid_tgid;
+	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
+	if (st && st->active) {
+		st->last_barrier_ns = bpf_ktime_get_ns();
+		st->barriers++;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- scheduler */
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u32 prev_tgid = prev->tgid, next_tgid = next->tgid;
+	if (prev_tgid != target_tgid && next_tgid != target_tgid)
+		return 0;
+	struct pi_switch_event *ev = reserve(PI_EV_SWITCH, sizeof(*ev));
+	if (!ev)
+		return 0;
+	fill_header_for(&ev->h, PI_EV_SWITCH, sizeof(*ev), target_tgid,
+			prev_tgid == target_tgid ? prev->pid : next->pid);
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->prev_tid = prev->pid;
+	ev->prev_tgid = prev_tgid;
+	ev->next_tid = next->pid;
+	ev->next_tgid = next_tgid;
+	ev->prev_state = prev_state;
+	ev->preempt = preempt;
+	ev->reserved = 0;
+	bpf_probe_read_kernel_str(ev->prev_comm, sizeof(ev->prev_comm), prev->comm);
+	bpf_probe_read_kernel_str(ev->next_comm, sizeof(ev->next_comm), next->comm);
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup, struct task_struct *p)
+{
+	if (p->tgid != target_tgid)
+		return 0;
+	struct pi_wakeup_event *ev = reserve(PI_EV_WAKEUP, sizeof(*ev));
+	if (!ev)
+		return 0;
+	__u64 waker = bpf_get_current_pid_tgid();
+	fill_header_for(&ev->h, PI_EV_WAKEUP, sizeof(*ev), target_tgid, p->pid);
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->waker_tid = (__u32)waker;
+	ev->waker_tgid = waker >> 32;
+	ev->target_cpu = p->wake_cpu;
+	ev->reserved = 0;
+	bpf_get_current_comm(ev->waker_comm, sizeof(ev->waker_comm));
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- libraries */
 
 /* glibc's loader calls _dl_debug_state (r_brk) before and after every change of the link
  * map: once the program's own libraries are mapped, and around each dlopen. */
@@ -107,13 +518,11 @@ int BPF_KPROBE(dl_debug_state)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid) || !stop_on_library_load)
 		return 0;
-	struct pi_library_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	struct pi_library_event *ev = reserve(PI_EV_LIBRARY, sizeof(*ev));
 	if (ev) {
 		fill_header(&ev->h, PI_EV_LIBRARY, sizeof(*ev), pid_tgid);
 		ev->ts_ns = bpf_ktime_get_ns();
 		bpf_ringbuf_submit(ev, 0);
-	} else {
-		__sync_fetch_and_add(&lost_events[PI_EV_LIBRARY], 1);
 	}
 	bpf_send_signal(19 /* SIGSTOP */);
 	return 0;

@@ -1,26 +1,31 @@
 #include "profinfer/recorder.h"
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <signal.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <ctime>
+#include <deque>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <set>
 
+#include "counters.h"
 #include "elf_symbols.h"
 #include "launcher.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
 #include "profinfer/store.h"
+#include "struct_layout.h"
 #include "target.h"
+#include "trace_writer.h"
 #include "tracer_bpf.skel.h"
 
 namespace fs = std::filesystem;
@@ -45,42 +50,121 @@ const char* to_string(TraceLevel l) {
     return "?";
 }
 
+const char* const kDefaultCounters = "cycles,stalled-cycles-backend,cache-misses,major-faults,minor-faults,task-clock";
+
 namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-// One uprobe or uretprobe the tracer attaches in every mapped library of ROLE.
+// Which probes the operator level uses for a libggml-cpu, chosen per binary.
+enum class OpStrategy { None, ComputeForward, NodeHooks };
+const char* to_string(OpStrategy s) {
+    switch (s) {
+        case OpStrategy::ComputeForward: return "ggml_compute_forward + ggml_barrier";
+        case OpStrategy::NodeHooks: return "ggml_cpu_extra_compute_forward + ggml_compute_forward_rms_norm_mul_fused + ggml_barrier";
+        case OpStrategy::None: return "none";
+    }
+    return "?";
+}
+
+enum class Group { Token, Graph, Op };
+
+// One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL.
 struct Probe {
     const char* symbol;
     LibRole role;
     bool retprobe;
     bpf_program* (*program)(tracer_bpf*);
-    TraceLevel min_level;
+    Group group;
+    bool required;  // recording at this level is impossible without it
+    OpStrategy only_for = OpStrategy::None;  // operator probes belong to one strategy (None: all)
 };
 
+#define PROG(name) [](tracer_bpf* s) { return s->progs.name; }
 const Probe kProbes[] = {
-    {"llama_decode", LibRole::Llama, false, [](tracer_bpf* s) { return s->progs.llama_decode_enter; }, TraceLevel::Token},
-    {"llama_decode", LibRole::Llama, true, [](tracer_bpf* s) { return s->progs.llama_decode_exit; }, TraceLevel::Token},
+    {"llama_decode", LibRole::Llama, false, PROG(llama_decode_enter), Group::Token, true},
+    {"llama_decode", LibRole::Llama, true, PROG(llama_decode_exit), Group::Token, true},
+    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true},
+    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
+    {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true},
+    {"ggml_graph_compute", LibRole::GgmlCpu, true, PROG(cpu_graph_exit), Group::Graph, true},
+    {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward},
+    {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,
+     OpStrategy::NodeHooks},
+    {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
+    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Op, true},
 };
+#undef PROG
+
+Group max_group(TraceLevel l) { return l == TraceLevel::Token ? Group::Token : l == TraceLevel::Graph ? Group::Graph : Group::Op; }
+
+OpStrategy choose_strategy(const ElfSymbols& elf) {
+    if (elf.has_function("ggml_compute_forward") && elf.has_function("ggml_barrier")) return OpStrategy::ComputeForward;
+    if (elf.has_function("ggml_cpu_extra_compute_forward") && elf.has_function("ggml_barrier")) return OpStrategy::NodeHooks;
+    return OpStrategy::None;
+}
+
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+    if (level == LIBBPF_DEBUG) return 0;
+    if (!std::getenv("PROFINFER_LIBBPF_VERBOSE")) return 0;
+    return vfprintf(stderr, fmt, args);
+}
 
 const char* kind_name(uint32_t kind) {
     switch (kind) {
         case PI_EV_TOKEN: return "token";
         case PI_EV_LIBRARY: return "library";
+        case PI_EV_GRAPH: return "graph";
+        case PI_EV_OP: return "op";
+        case PI_EV_NODE: return "node";
+        case PI_EV_EXPERTS: return "experts";
+        case PI_EV_SWITCH: return "sched_switch";
+        case PI_EV_WAKEUP: return "sched_wakeup";
     }
     return "unknown";
 }
 
-int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
-    if (level == LIBBPF_DEBUG) return 0;
-    if (!std::getenv("PROFINFER_LIBBPF_VERBOSE") && level == LIBBPF_INFO) return 0;
-    return vfprintf(stderr, fmt, args);
+std::string read_cmdline(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    std::replace(s.begin(), s.end(), '\0', ' ');
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
 }
+
+// Detaches the operator probes while decode runs slower than the requirement and
+// re-attaches them once the untraced speed leaves room for their overhead (paper §3.1).
+class QosController {
+public:
+    explicit QosController(double min_tps) : min_tps_(min_tps) {}
+    enum class Action { None, Detach, Attach };
+    Action on_decode(uint64_t duration_ns, uint64_t now_ns, bool attached) {
+        if (min_tps_ <= 0) return Action::None;
+        recent_.push_back(duration_ns);
+        if (recent_.size() > 4) recent_.pop_front();
+        if (recent_.size() < 4 || now_ns - last_switch_ns_ < 1'000'000'000ull) return Action::None;
+        std::vector<uint64_t> d(recent_.begin(), recent_.end());
+        std::sort(d.begin(), d.end());
+        tps_ = 1e9 / double(d[d.size() / 2]);
+        if (attached && tps_ < min_tps_) return switched(now_ns), Action::Detach;
+        if (!attached && tps_ >= min_tps_ * kHeadroom) return switched(now_ns), Action::Attach;
+        return Action::None;
+    }
+    double tps() const { return tps_; }
+
+private:
+    static constexpr double kHeadroom = 1.2;  // re-attach only with 20 % to spare
+    void switched(uint64_t now) { last_switch_ns_ = now, recent_.clear(); }
+    double min_tps_, tps_ = 0;
+    std::deque<uint64_t> recent_;
+    uint64_t last_switch_ns_ = 0;
+};
 
 class Recorder {
 public:
-    explicit Recorder(const RecordOptions& o) : opts_(o), db_(o.output, store::Database::Mode::Create) {
+    explicit Recorder(const RecordOptions& o)
+        : opts_(o), db_(o.output, store::Database::Mode::Create), layout_(GgmlLayout::builtin()), qos_(o.qos_min_tps) {
         set_meta("status", store::to_string(store::RunStatus::Running));
         set_meta("level", to_string(o.level));
         set_meta("board", o.board);
@@ -94,18 +178,16 @@ public:
         std::string cmd;
         for (const auto& a : o.command) cmd += (cmd.empty() ? "" : " ") + a;
         if (!cmd.empty()) set_meta("command", cmd);
+        if (o.qos_min_tps > 0) set_meta("qos_min_tps", std::to_string(o.qos_min_tps));
     }
 
     ~Recorder() {
-        for (auto* l : links_) bpf_link__destroy(l);
+        for (auto& a : attached_) bpf_link__destroy(a.link);
         ring_buffer__free(rb_);
         tracer_bpf__destroy(skel_);
     }
 
     int run() {
-        if (opts_.level != TraceLevel::Token)
-            throw Error(std::string("--level ") + to_string(opts_.level) +
-                        " is not implemented yet by this profinfer (token is)");
         if (opts_.pid) {
             pid_ = *opts_.pid;
             if (*opts_.pid <= 0 || !process_exists(pid_)) throw Error("no process with pid " + std::to_string(pid_));
@@ -115,10 +197,13 @@ public:
             pid_ = child_->pid();
         }
         set_meta("pid", std::to_string(pid_));
+        open_counters();
         load_bpf();
+        writer_ = std::make_unique<TraceWriter>(db_, layout_);
         attach_loader_watch();
         if (opts_.pid) {
-            if (!attach_new_libraries() && !seen_role(LibRole::Llama))
+            attach_new_libraries();
+            if (!seen_role(LibRole::Llama))
                 throw Error("process " + std::to_string(pid_) + " (" + process_comm(pid_) +
                             ") has not loaded libllama: is it a llama.cpp program?");
         } else {
@@ -132,26 +217,42 @@ public:
     void fail(const std::string& why) {
         try {
             if (child_) child_->signal(SIGKILL);
+            if (writer_) writer_->commit();
             set_meta("error", why);
             set_meta("status", store::to_string(store::RunStatus::Failed));
-            commit();
         } catch (...) {
         }
     }
 
 private:
+    struct Attached {
+        bpf_link* link;
+        const Probe* probe;
+        fs::path lib;
+    };
+
     void set_meta(const std::string& k, const std::string& v) {
         store::Statement st(db_.handle(), "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
         st.bind(1, k).bind(2, v).run();
     }
 
-    static std::string read_cmdline(pid_t pid) {
-        std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-        std::string s((std::istreambuf_iterator<char>(f)), {});
-        for (auto& c : s)
-            if (c == '\0') c = ' ';
-        while (!s.empty() && s.back() == ' ') s.pop_back();
-        return s;
+    void open_counters() {
+        if (opts_.level != TraceLevel::Full && opts_.counters.empty()) return;
+        std::string list = opts_.counters.empty() ? kDefaultCounters : opts_.counters;
+        n_cpus_ = libbpf_num_possible_cpus();
+        counters_ = std::make_unique<PerCpuCounters>(split_counter_list(list), n_cpus_);
+        store::Statement st(db_.handle(),
+                            "INSERT INTO counters(idx, name, perf_type, config, available, reason) VALUES (?,?,?,?,?,?)");
+        int idx = 0;
+        std::string unavailable;
+        for (const auto& c : counters_->specs()) {
+            st.bind(1, c.available ? int64_t{idx++} : int64_t{-1 - int64_t(&c - counters_->specs().data())});
+            st.bind(2, c.name).bind(3, int64_t{c.perf_type}).bind(4, int64_t(c.config)).bind(5, int64_t{c.available});
+            c.available ? st.bind_null(6) : st.bind(6, c.reason);
+            st.run();
+            if (!c.available) unavailable += (unavailable.empty() ? "" : ", ") + c.name + " (" + c.reason + ")";
+        }
+        if (!unavailable.empty() && !opts_.quiet) std::cerr << "profinfer: counters unavailable: " << unavailable << "\n";
     }
 
     void load_bpf() {
@@ -160,22 +261,45 @@ private:
         if (!skel_) throw_errno("opening the BPF object");
         skel_->rodata->target_tgid = pid_;
         skel_->rodata->stop_on_library_load = true;
+        skel_->rodata->capture_experts = opts_.level == TraceLevel::Full;
+        skel_->rodata->n_cpus = std::max(n_cpus_, 1);
+        const size_t n_active = counters_ ? counters_->active().size() : 0;
+        skel_->rodata->n_counters = n_active;
+        bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
+        bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_mb << 20);
+        skel_->bss->layout = layout_.offsets;
+        const bool sched = opts_.level == TraceLevel::Full;
+        bpf_program__set_autoload(skel_->progs.sched_switch, sched);
+        bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
         int err = tracer_bpf__load(skel_);
         if (err) {
             if (err == -EPERM || err == -EACCES)
                 throw Error("loading BPF programs was refused: run as root or grant CAP_BPF and CAP_PERFMON");
             throw Error(std::string("loading BPF programs failed: ") + std::strerror(-err));
         }
+        for (size_t c = 0; c < n_active; ++c)
+            for (int cpu = 0; cpu < n_cpus_; ++cpu) {
+                uint32_t key = c * n_cpus_ + cpu;
+                int fd = counters_->fd(c, cpu);
+                if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
+                    throw_errno("installing counter " + counters_->active()[c]->name);
+            }
+        if (sched) {
+            for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
+                                      std::pair{skel_->progs.sched_wakeup, "sched_wakeup"}}) {
+                bpf_link* l = bpf_program__attach(prog);
+                record_probe(name, "", "tp_btf", l != nullptr, l ? "" : std::strerror(errno));
+                if (!l) throw Error(std::string("cannot attach tracepoint ") + name + ": " + std::strerror(errno));
+                attached_.push_back({l, nullptr, {}});
+            }
+        }
         rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &Recorder::on_event_thunk, this, nullptr);
         if (!rb_) throw_errno("creating the ring buffer consumer");
     }
 
-    bpf_link* attach(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret) {
+    bpf_link* attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret) {
         LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = symbol);
-        bpf_link* l = bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), 0, &uo);
-        if (!l) return nullptr;
-        links_.push_back(l);
-        return l;
+        return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), 0, &uo);
     }
 
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
@@ -189,12 +313,13 @@ private:
 
     void attach_loader_watch() {
         fs::path ld = own_dynamic_loader();
-        int err = 0;
-        if (!attach(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false)) err = errno;
-        record_probe("_dl_debug_state", ld, "uprobe", err == 0, err ? std::strerror(err) : "");
-        if (err)
+        bpf_link* l = attach_uprobe(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false);
+        int err = l ? 0 : errno;
+        record_probe("_dl_debug_state", ld, "uprobe", l != nullptr, l ? "" : std::strerror(err));
+        if (!l)
             throw Error("cannot attach to " + ld.string() + ":_dl_debug_state (" + std::strerror(err) +
                         "); without it libraries loaded later would be missed");
+        attached_.push_back({l, nullptr, ld});
     }
 
     bool seen_role(LibRole r) const {
@@ -203,35 +328,102 @@ private:
         return false;
     }
 
+    // DWARF when the ggml libraries carry it; otherwise the built-in table stays.
+    void update_layout() {
+        std::vector<fs::path> with_dwarf;
+        for (const auto& [path, role] : libraries_)
+            if (debug_info_[path] && (role == LibRole::GgmlBase || role == LibRole::GgmlCpu || role == LibRole::Llama))
+                with_dwarf.push_back(path);
+        std::sort(with_dwarf.begin(), with_dwarf.end(), [&](const fs::path& a, const fs::path& b) {
+            return libraries_[a] == LibRole::Llama ? false : libraries_[b] == LibRole::Llama;  // libllama last: largest
+        });
+        if (with_dwarf.size() == dwarf_libs_used_) return;
+        try {
+            layout_ = GgmlLayout::from_dwarf(with_dwarf);
+            dwarf_libs_used_ = with_dwarf.size();
+        } catch (const Error&) {
+            return;  // not all structs yet (libggml-cpu not loaded): keep what we have
+        }
+        skel_->bss->layout = layout_.offsets;
+    }
+
     // Looks at the target's mappings and attaches to every library not seen before.
-    // Returns whether a llama library was new.
-    bool attach_new_libraries() {
-        bool new_llama = false;
+    void attach_new_libraries() {
+        std::vector<MappedLibrary> fresh;
         for (const auto& lib : mapped_libraries(pid_)) {
             if (lib.role == LibRole::Other || libraries_.count(lib.path)) continue;
             libraries_[lib.path] = lib.role;
-            new_llama = true;
-            ElfSymbols elf(lib.path);
-            store::Statement st(db_.handle(), "INSERT OR REPLACE INTO libraries(path, role, build_id) VALUES (?, ?, ?)");
-            st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf.build_id()).run();
+            fresh.push_back(lib);
+        }
+        if (fresh.empty()) return;
+        std::map<fs::path, std::unique_ptr<ElfSymbols>> elf;
+        for (const auto& lib : fresh) {
+            elf[lib.path] = std::make_unique<ElfSymbols>(lib.path);
+            debug_info_[lib.path] = elf[lib.path]->has_debug_info();
+            store::Statement st(db_.handle(),
+                                "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
+            st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf[lib.path]->build_id());
+            st.bind(4, int64_t{debug_info_[lib.path]}).run();
+        }
+        update_layout();
+        set_meta("struct_layout", layout_.source);
+        for (const auto& lib : fresh) {
+            const auto& sym = *elf[lib.path];
+            OpStrategy strategy = OpStrategy::None;
+            if (lib.role == LibRole::GgmlCpu && max_group(opts_.level) == Group::Op) {
+                strategy = choose_strategy(sym);
+                set_meta("op_strategy", to_string(strategy));
+                if (strategy == OpStrategy::None)
+                    fatal_.push_back(lib.path.filename().string() +
+                                     " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward and "
+                                     "ggml_barrier: is it stripped? use a build with symbols, or --level graph");
+            }
             for (const auto& p : kProbes) {
-                if (p.role != lib.role || p.min_level > opts_.level) continue;
+                if (p.role != lib.role || p.group > max_group(opts_.level)) continue;
+                if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
+                if (p.group == Group::Op && strategy == OpStrategy::None) continue;
                 const char* kind = p.retprobe ? "uretprobe" : "uprobe";
-                if (!elf.has_function(p.symbol)) {
+                if (!sym.has_function(p.symbol)) {
                     std::string why = lib.path.filename().string() + " has no symbol " + p.symbol +
-                                      (elf.has_symtab() ? "" : ": is it stripped? use a build with symbols");
+                                      (sym.has_symtab() ? "" : ": is it stripped? use a build with symbols");
                     record_probe(p.symbol, lib.path, kind, false, why);
-                    required_missing_.push_back(why);
+                    if (p.required) fatal_.push_back(why);
                     continue;
                 }
-                bool ok = attach(p.program(skel_), lib.path, p.symbol, p.retprobe);
-                record_probe(p.symbol, lib.path, kind, ok, ok ? "" : std::strerror(errno));
-                if (!ok) required_missing_.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
-                ++attached_;
+                if (p.group == Group::Op && !ops_attached_) continue;  // QoS has them off: attach later
+                bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe);
+                record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
+                if (!l) {
+                    fatal_.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
+                    continue;
+                }
+                attached_.push_back({l, &p, lib.path});
             }
+            if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy});
         }
-        if (!required_missing_.empty()) throw Error(required_missing_.front());
-        return new_llama;
+        if (!fatal_.empty()) throw Error(fatal_.front());
+    }
+
+    void set_ops_attached(bool on) {
+        if (on == ops_attached_) return;
+        ops_attached_ = on;
+        skel_->data->ops_enabled = on;
+        if (!on) {
+            auto it = std::remove_if(attached_.begin(), attached_.end(), [](const Attached& a) {
+                if (!a.probe || a.probe->group != Group::Op) return false;
+                bpf_link__destroy(a.link);
+                return true;
+            });
+            attached_.erase(it, attached_.end());
+        } else {
+            for (const auto& [lib, strategy] : op_libs_)
+                for (const auto& p : kProbes) {
+                    if (p.group != Group::Op || p.role != LibRole::GgmlCpu) continue;
+                    if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
+                    if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe))
+                        attached_.push_back({l, &p, lib});
+                }
+        }
     }
 
     static int on_event_thunk(void* self, void* data, size_t size) {
@@ -239,43 +431,34 @@ private:
     }
 
     int on_event(void* data, size_t size) {
-        if (size < sizeof(pi_event_header)) return ++malformed_, 0;
-        auto* h = static_cast<const pi_event_header*>(data);
-        if (h->size != size) return ++malformed_, 0;
-        switch (h->kind) {
-            case PI_EV_TOKEN: {
-                if (size != sizeof(pi_token_event)) return ++malformed_, 0;
-                auto* e = static_cast<const pi_token_event*>(data);
-                if (!insert_token_) {
-                    begin();
-                    insert_token_ = std::make_unique<store::Statement>(
-                        db_.handle(),
-                        "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret, phase) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-                }
-                begin();
-                const bool prefill = e->n_tokens > 1 || counts_[PI_EV_TOKEN] == 0;
-                insert_token_->bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});
-                insert_token_->bind(4, int64_t(e->start_ns)).bind(5, int64_t(e->end_ns));
-                insert_token_->bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret});
-                insert_token_->bind(8, std::string(prefill ? "prefill" : "decode")).run();
-                break;
-            }
-            case PI_EV_LIBRARY:
-                library_changed_ = true;
-                break;
-            default:
-                return ++malformed_, 0;
+        if (size >= sizeof(pi_event_header) && static_cast<const pi_event_header*>(data)->kind == PI_EV_LIBRARY) {
+            library_changed_ = true;
+            return 0;
         }
-        ++counts_[h->kind];
+        try {
+            writer_->write(data, size);
+        } catch (const Error& e) {
+            consumer_error_ = e.what();
+            return -1;  // stops ring_buffer__poll
+        }
+        if (size == sizeof(pi_token_event) && static_cast<const pi_event_header*>(data)->kind == PI_EV_TOKEN) {
+            auto* t = static_cast<const pi_token_event*>(data);
+            if (t->n_tokens == 1) {
+                auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, ops_attached_);
+                if (action != QosController::Action::None) qos_pending_ = {action, t->end_ns};
+            }
+        }
         return 0;
     }
 
-    void begin() {
-        if (!in_tx_) db_.exec("BEGIN"), in_tx_ = true;
-    }
-    void commit() {
-        if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
+    void apply_qos() {
+        if (!qos_pending_) return;
+        auto [action, ts] = *qos_pending_;
+        qos_pending_.reset();
+        set_ops_attached(action == QosController::Action::Attach);
+        store::Statement st(db_.handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
+        st.bind(1, int64_t(ts)).bind(2, std::string(action == QosController::Action::Attach ? "attach" : "detach"));
+        st.bind(3, qos_.tps()).run();
     }
 
     void install_signal_handlers() {
@@ -285,7 +468,7 @@ private:
         sigaction(SIGTERM, &sa, nullptr);
     }
 
-    // Returns the target's exit status (launch) or -1 (attached process or detached).
+    // Returns the target's exit status (launch) or -1 (attached process, or detached).
     int poll_until_exit() {
         using clock = std::chrono::steady_clock;
         auto last_commit = clock::now();
@@ -293,6 +476,7 @@ private:
         uint64_t lost_library_seen = 0;
         for (;;) {
             int n = ring_buffer__poll(rb_, 100);
+            if (!consumer_error_.empty()) throw Error(consumer_error_);
             if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
             // If the loader-stop record was lost, the target sits stopped: notice it anyway.
             uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
@@ -302,7 +486,8 @@ private:
                 attach_new_libraries();
                 kill(pid_, SIGCONT);
             }
-            if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
+            apply_qos();
+            if (clock::now() - last_commit > std::chrono::milliseconds(250)) writer_->commit(), last_commit = clock::now();
             if (int sig = g_stop_signal.load()) {
                 if (!child_) {
                     interrupted_by_ = sig;
@@ -327,16 +512,17 @@ private:
 
     int finish(int status) {
         ring_buffer__consume(rb_);
-        begin();
+        if (!consumer_error_.empty()) throw Error(consumer_error_);
+        writer_->begin();
         uint64_t lost_total = 0;
         {
             store::Statement st(db_.handle(), "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)");
             for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) {
                 uint64_t n = skel_->bss->lost_events[k];
                 lost_total += n;
-                if (n || k == PI_EV_TOKEN) st.bind(1, std::string(kind_name(k))).bind(2, int64_t(n)).run();
+                st.bind(1, std::string(kind_name(k))).bind(2, int64_t(n)).run();
             }
-            if (malformed_) st.bind(1, std::string("malformed")).bind(2, int64_t(malformed_)).run();
+            if (writer_->malformed()) st.bind(1, std::string("malformed")).bind(2, int64_t(writer_->malformed())).run();
         }
         bool killed = status > 128;
         store::RunStatus rs = (interrupted_by_ || killed) ? store::RunStatus::Incomplete : store::RunStatus::Complete;
@@ -344,35 +530,45 @@ private:
         if (interrupted_by_) set_meta("interrupted_by", strsignal(interrupted_by_));
         set_meta("ended_at", std::to_string(std::time(nullptr)));
         set_meta("status", store::to_string(rs));
-        commit();
+        writer_->commit();
         if (!seen_role(LibRole::Llama)) {
             set_meta("status", store::to_string(store::RunStatus::Failed));
             throw Error("the target never loaded libllama: is it a llama.cpp program?");
         }
         if (!opts_.quiet) {
-            std::cerr << "profinfer: " << counts_[PI_EV_TOKEN] << " llama_decode calls, " << lost_total
-                      << " lost events → " << opts_.output.string() << " (" << store::to_string(rs) << ")\n";
-            if (lost_total) std::cerr << "profinfer: warning: " << lost_total << " events were lost (ring buffer full)\n";
+            std::cerr << "profinfer: recorded";
+            for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
+                if (writer_->count(k)) std::cerr << " " << writer_->count(k) << " " << kind_name(k);
+            std::cerr << "; " << lost_total << " lost → " << opts_.output.string() << " (" << store::to_string(rs) << ")\n";
+            if (lost_total)
+                std::cerr << "profinfer: warning: " << lost_total
+                          << " events were lost (ring buffer full): raise --buffer-mb or lower --level\n";
         }
         return status > 0 ? status : 0;
     }
 
     RecordOptions opts_;
     store::Database db_;
+    GgmlLayout layout_;
+    QosController qos_;
+    std::unique_ptr<PerCpuCounters> counters_;
+    int n_cpus_ = 1;
     tracer_bpf* skel_ = nullptr;
     ring_buffer* rb_ = nullptr;
-    std::vector<bpf_link*> links_;
+    std::unique_ptr<TraceWriter> writer_;
+    std::vector<Attached> attached_;
+    std::vector<std::pair<fs::path, OpStrategy>> op_libs_;
     std::unique_ptr<LaunchedProcess> child_;
     pid_t pid_ = -1;
     std::map<fs::path, LibRole> libraries_;
-    std::vector<std::string> required_missing_;
-    std::unique_ptr<store::Statement> insert_token_;
-    std::map<uint32_t, uint64_t> counts_;
-    uint64_t malformed_ = 0;
-    int attached_ = 0;
+    std::map<fs::path, bool> debug_info_;
+    size_t dwarf_libs_used_ = 0;
+    std::vector<std::string> fatal_;
+    std::string consumer_error_;
+    std::optional<std::pair<QosController::Action, uint64_t>> qos_pending_;
     int interrupted_by_ = 0;
-    bool in_tx_ = false;
     bool library_changed_ = false;
+    bool ops_attached_ = true;
 };
 
 }  // namespace

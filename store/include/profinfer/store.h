@@ -12,7 +12,7 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {

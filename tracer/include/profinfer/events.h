@@ -9,12 +9,25 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 1
+#define PI_EVENTS_VERSION 2
+
+#define PI_MAX_COUNTERS 6   /* perf counters read per operator */
+#define PI_MAX_SRC 10       /* GGML_MAX_SRC */
+#define PI_DETAIL_SRC 3     /* sources whose type and shape are recorded */
+#define PI_NAME_LEN 64      /* GGML_MAX_NAME */
+#define PI_MAX_EXPERT_IDS 64
+#define PI_COMM_LEN 16
 
 enum pi_event_kind {
-	PI_EV_TOKEN = 1, /* one llama_decode call, entry to return */
+	PI_EV_TOKEN = 1,   /* one llama_decode call, entry to return */
 	PI_EV_LIBRARY = 2, /* the dynamic loader changed the link map (dlopen); target stopped */
-	PI_EV_KIND_MAX = 8,
+	PI_EV_GRAPH = 3,   /* one graph computed by a backend */
+	PI_EV_OP = 4,      /* one node on one thread: timing and counters */
+	PI_EV_NODE = 5,    /* one node's tensor: op, name, shapes (from thread 0) */
+	PI_EV_EXPERTS = 6, /* the expert ids a MUL_MAT_ID node uses */
+	PI_EV_SWITCH = 7,  /* sched_switch involving a target thread */
+	PI_EV_WAKEUP = 8,  /* sched_wakeup of a target thread */
+	PI_EV_KIND_MAX = 9,
 };
 
 struct pi_event_header {
@@ -22,7 +35,7 @@ struct pi_event_header {
 	__u32 size;
 	__u32 pid; /* tgid */
 	__u32 tid;
-	__u32 cpu; /* CPU at the return probe */
+	__u32 cpu;
 	__u32 reserved;
 };
 
@@ -37,6 +50,96 @@ struct pi_token_event {
 struct pi_library_event {
 	struct pi_event_header h;
 	__u64 ts_ns;
+};
+
+struct pi_graph_event {
+	struct pi_event_header h;
+	__u64 start_ns, end_ns;
+	__u64 graph_seq; /* numbers the graphs of the run; ops carry it */
+	__u64 cgraph;    /* address of the ggml_cgraph */
+	__u64 backend;   /* address of the ggml_backend (0 for ggml_graph_compute) */
+	__u8 guid[16];   /* *backend->guid */
+	__s32 n_nodes;
+	__u32 api;       /* 1: ggml_backend_graph_compute_async, 2: ggml_graph_compute */
+};
+
+/* Per thread and node: start when the thread begins the node, compute_end when it
+ * enters the barrier that ends the node, end when it begins the next node (or the
+ * graph returns). end - compute_end is time spent waiting for the other threads. */
+struct pi_op_event {
+	struct pi_event_header h;
+	__u64 start_ns, compute_end_ns, end_ns;
+	__u64 graph_seq;
+	__u64 tensor;       /* address of the node's ggml_tensor */
+	__u64 fused_tensor; /* second node of a fused kernel, else 0 */
+	__s32 ith, nth;
+	__u32 barriers;     /* ggml_barrier calls within the node (intra-op sync) */
+	__u32 start_cpu;
+	__u64 counters[PI_MAX_COUNTERS]; /* deltas; valid when the thread stayed on one CPU */
+};
+
+struct pi_tensor_shape {
+	__u64 addr;
+	__s64 ne[4];
+	__u32 type;
+	__u32 op;
+};
+
+struct pi_node_event {
+	struct pi_event_header h;
+	__u64 ts_ns;
+	__u64 graph_seq;
+	struct pi_tensor_shape dst;
+	__s32 op_param0;  /* op_params[0]: the unary/glu op for UNARY and GLU nodes */
+	__s32 flags;
+	__u64 src[PI_MAX_SRC];
+	struct pi_tensor_shape src_shape[PI_DETAIL_SRC];
+	char name[PI_NAME_LEN];
+};
+
+struct pi_experts_event {
+	struct pi_event_header h;
+	__u64 ts_ns;
+	__u64 graph_seq;
+	__u64 tensor;      /* the MUL_MAT_ID node */
+	__s32 n_used;      /* ids->ne[0] (k) */
+	__s32 n_tokens;    /* ids->ne[1] */
+	__s32 n_ids;       /* ids recorded (<= PI_MAX_EXPERT_IDS, row-major by token) */
+	__s32 reserved;
+	__s32 ids[PI_MAX_EXPERT_IDS];
+};
+
+struct pi_switch_event {
+	struct pi_event_header h; /* cpu: where the switch happened */
+	__u64 ts_ns;
+	__u32 prev_tid, prev_tgid, next_tid, next_tgid;
+	__s64 prev_state;
+	__u32 preempt;
+	__u32 reserved;
+	char prev_comm[PI_COMM_LEN];
+	char next_comm[PI_COMM_LEN];
+};
+
+struct pi_wakeup_event {
+	struct pi_event_header h; /* tid: the woken thread; cpu: where the wakeup ran */
+	__u64 ts_ns;
+	__u32 waker_tid, waker_tgid;
+	__u32 target_cpu;
+	__u32 reserved;
+	char waker_comm[PI_COMM_LEN];
+};
+
+/* Where the fields the probes read live in the target's structs (from DWARF, or the
+ * built-in table for the pinned llama.cpp). Set by user space before load. */
+struct pi_layout {
+	__u32 tensor_type, tensor_ne, tensor_op, tensor_op_params, tensor_flags;
+	__u32 tensor_src, tensor_data, tensor_name, tensor_nb;
+	__u32 params_ith, params_nth;
+	__u32 cgraph_n_nodes;
+	__u32 backend_guid;
+	__u32 batch_n_tokens;
+	__u32 op_mul_mat_id; /* value of GGML_OP_MUL_MAT_ID */
+	__u32 reserved;
 };
 
 #endif

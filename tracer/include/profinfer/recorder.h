@@ -18,6 +18,9 @@ struct RecordOptions {
     std::optional<pid_t> pid;          // attach to a running process ...
     std::vector<std::string> command;  // ... or launch this one
     std::string board = "host";
+    std::string counters;      // comma-separated; empty: the default list at --level full
+    double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
+    size_t buffer_mb = 64;     // ring buffer size
     bool quiet = false;
 };
 
@@ -25,5 +28,8 @@ struct RecordOptions {
 // profinfer process: 0, or the launched command's non-zero status. Throws
 // profinfer::Error (after marking the store failed) when recording cannot happen.
 int record(const RecordOptions& opts);
+
+// The counters --level full reads when --counters is not given.
+extern const char* const kDefaultCounters;
 
 }  // namespace profinfer

@@ -1,0 +1,44 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+// Hardware and software counters opened per CPU (pid -1) for the operator probes to
+// read with bpf_perf_event_read_value. Names: perf's generic names (cycles,
+// cache-misses, stalled-cycles-backend, major-faults, ...), raw PMU codes (r2a), or PMU
+// event names libpfm4 resolves on this machine. A counter that cannot be opened is
+// kept in the list as unavailable, with the reason, and never read.
+struct CounterSpec {
+    std::string name;
+    uint32_t perf_type = 0;
+    uint64_t config = 0;
+    bool available = false;
+    std::string reason;
+};
+
+class PerCpuCounters {
+public:
+    PerCpuCounters(const std::vector<std::string>& names, int n_cpus);
+    ~PerCpuCounters();
+    PerCpuCounters(const PerCpuCounters&) = delete;
+    PerCpuCounters& operator=(const PerCpuCounters&) = delete;
+
+    const std::vector<CounterSpec>& specs() const { return specs_; }
+    // The available counters, in the order their deltas appear in the op records.
+    std::vector<const CounterSpec*> active() const;
+    // fd of active counter C on CPU K, or -1.
+    int fd(size_t c, int cpu) const { return fds_[c * n_cpus_ + cpu]; }
+    int n_cpus() const { return n_cpus_; }
+
+private:
+    std::vector<CounterSpec> specs_;
+    std::vector<int> fds_;  // active counters only
+    int n_cpus_;
+};
+
+// Splits "a,b,c".
+std::vector<std::string> split_counter_list(const std::string& list);
+
+}  // namespace profinfer

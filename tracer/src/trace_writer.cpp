@@ -1,0 +1,205 @@
+#include "trace_writer.h"
+
+#include <cstring>
+
+#include "profinfer/error.h"
+#include "profinfer/events.h"
+
+namespace profinfer {
+
+struct TraceWriter::Statements {
+    explicit Statements(sqlite3* db)
+        : token(db, "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret, phase) VALUES (?,?,?,?,?,?,?,?)"),
+          graph(db,
+                "INSERT INTO graphs(seq, pid, tid, start_ns, end_ns, api, cgraph, backend, backend_guid, backend_name, "
+                "n_nodes) VALUES (?,?,?,?,?,?,?,?,?,?,?)"),
+          op(db,
+             "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
+             "fused_tensor, barriers, c0, c1, c2, c3, c4, c5) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+          node(db,
+               "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags) "
+               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"),
+          node_src(db,
+                   "INSERT INTO node_srcs(node_id, slot, tensor, type, op_code, ne0, ne1, ne2, ne3) "
+                   "VALUES (?,?,?,?,?,?,?,?,?)"),
+          expert(db, "INSERT INTO experts(graph_seq, tensor, name, layer, token, slot, expert) VALUES (?,?,?,?,?,?,?)"),
+          sw(db,
+             "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
+             "next_comm, preempt) VALUES (?,?,?,?,?,?,?,?,?,?)"),
+          wake(db,
+               "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
+               "VALUES (?,?,?,?,?,?,?)") {}
+    store::Statement token, graph, op, node, node_src, expert, sw, wake;
+};
+
+namespace {
+
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+
+std::string bounded(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+bool printable(const std::string& s) {
+    for (unsigned char c : s)
+        if (c < 0x20 || c > 0x7e) return false;
+    return true;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+    static const char* d = "0123456789abcdef";
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
+    return s;
+}
+
+// "ffn_moe_up-12" → 12
+int64_t layer_of(const std::string& name) {
+    auto dash = name.rfind('-');
+    if (dash == std::string::npos || dash + 1 >= name.size()) return -1;
+    try {
+        return std::stoll(name.substr(dash + 1));
+    } catch (...) {
+        return -1;
+    }
+}
+
+template <class T>
+const T* as(const void* data, size_t size, uint64_t& malformed) {
+    if (size != sizeof(T)) return ++malformed, nullptr;
+    return static_cast<const T*>(data);
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(store::Database& db, const GgmlLayout& layout)
+    : db_(db), layout_(layout), st_(std::make_unique<Statements>(db.handle())) {}
+
+TraceWriter::~TraceWriter() = default;
+
+void TraceWriter::begin() {
+    if (!in_tx_) db_.exec("BEGIN"), in_tx_ = true;
+}
+
+void TraceWriter::commit() {
+    if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
+}
+
+void TraceWriter::write(const void* data, size_t size) {
+    if (size < sizeof(pi_event_header)) return void(++malformed_);
+    const auto* h = static_cast<const pi_event_header*>(data);
+    if (h->size != size) return void(++malformed_);
+    begin();
+    switch (h->kind) {
+        case PI_EV_TOKEN: {
+            auto* e = as<pi_token_event>(data, size, malformed_);
+            if (!e) return;
+            const bool prefill = e->n_tokens > 1 || count(PI_EV_TOKEN) == 0;
+            decode_calls_ += !prefill;
+            auto& s = st_->token;
+            s.bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});
+            s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret});
+            s.bind(8, std::string(prefill ? "prefill" : "decode")).run();
+            break;
+        }
+        case PI_EV_GRAPH: {
+            auto* e = as<pi_graph_event>(data, size, malformed_);
+            if (!e) return;
+            auto& s = st_->graph;
+            s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.pid}).bind(3, int64_t{e->h.tid});
+            s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, std::string(e->api == 1 ? "backend" : "cpu"));
+            s.bind(7, i64(e->cgraph));
+            if (e->api == 1) {
+                s.bind(8, i64(e->backend)).bind(9, hex(e->guid, 16));
+                std::string name = backend_name_of_guid(e->guid);
+                name.empty() ? s.bind_null(10) : s.bind(10, name);
+            } else {
+                s.bind_null(8).bind_null(9).bind(10, std::string("CPU"));
+            }
+            s.bind(11, int64_t{e->n_nodes}).run();
+            break;
+        }
+        case PI_EV_OP: {
+            auto* e = as<pi_op_event>(data, size, malformed_);
+            if (!e) return;
+            auto& s = st_->op;
+            s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->ith}).bind(4, int64_t{e->nth});
+            s.bind(5, int64_t{e->start_cpu}).bind(6, int64_t{e->h.cpu});
+            s.bind(7, i64(e->start_ns)).bind(8, i64(e->compute_end_ns)).bind(9, i64(e->end_ns));
+            s.bind(10, i64(e->tensor));
+            e->fused_tensor ? s.bind(11, i64(e->fused_tensor)) : s.bind_null(11);
+            s.bind(12, int64_t{e->barriers});
+            for (int c = 0; c < PI_MAX_COUNTERS; ++c)
+                e->counters[c] == ~0ULL ? s.bind_null(13 + c) : s.bind(13 + c, i64(e->counters[c]));
+            s.run();
+            break;
+        }
+        case PI_EV_NODE: {
+            auto* e = as<pi_node_event>(data, size, malformed_);
+            if (!e) return;
+            const std::string name = bounded(e->name, sizeof e->name);
+            const std::string op = layout_.op_name(e->dst.op, e->op_param0);
+            if (op.empty() || !printable(name))
+                throw Error("operator records do not match the struct layout (" + layout_.source + "): op " +
+                            std::to_string(e->dst.op) + (printable(name) ? "" : ", non-printable tensor name") +
+                            "; this llama.cpp is not the pinned version — use a build with debug info");
+            auto& s = st_->node;
+            s.bind(1, i64(e->graph_seq)).bind(2, i64(e->ts_ns)).bind(3, i64(e->dst.addr)).bind(4, op);
+            s.bind(5, int64_t{e->dst.op}).bind(6, name).bind(7, int64_t{e->dst.type});
+            for (int d = 0; d < 4; ++d) s.bind(8 + d, int64_t{e->dst.ne[d]});
+            s.bind(12, int64_t{e->flags}).run();
+            const int64_t node_id = sqlite3_last_insert_rowid(db_.handle());
+            for (int i = 0; i < PI_MAX_SRC && e->src[i]; ++i) {
+                auto& q = st_->node_src;
+                q.bind(1, node_id).bind(2, int64_t{i}).bind(3, i64(e->src[i]));
+                if (i < PI_DETAIL_SRC) {
+                    const auto& sh = e->src_shape[i];
+                    q.bind(4, int64_t{sh.type}).bind(5, int64_t{sh.op});
+                    for (int d = 0; d < 4; ++d) q.bind(6 + d, int64_t{sh.ne[d]});
+                } else {
+                    for (int c = 4; c <= 9; ++c) q.bind_null(c);
+                }
+                q.run();
+            }
+            if (e->dst.op == layout_.offsets.op_mul_mat_id) node_names_[{e->graph_seq, e->dst.addr}] = name;
+            break;
+        }
+        case PI_EV_EXPERTS: {
+            auto* e = as<pi_experts_event>(data, size, malformed_);
+            if (!e) return;
+            auto it = node_names_.find({e->graph_seq, e->tensor});
+            std::string name = it == node_names_.end() ? "" : it->second;
+            if (it != node_names_.end()) node_names_.erase(it);
+            for (int i = 0; i < e->n_ids && i < PI_MAX_EXPERT_IDS; ++i) {
+                auto& s = st_->expert;
+                s.bind(1, i64(e->graph_seq)).bind(2, i64(e->tensor));
+                name.empty() ? s.bind_null(3) : s.bind(3, name);
+                s.bind(4, layer_of(name)).bind(5, int64_t{i / e->n_used}).bind(6, int64_t{i % e->n_used});
+                s.bind(7, int64_t{e->ids[i]}).run();
+            }
+            break;
+        }
+        case PI_EV_SWITCH: {
+            auto* e = as<pi_switch_event>(data, size, malformed_);
+            if (!e) return;
+            auto& s = st_->sw;
+            s.bind(1, i64(e->ts_ns)).bind(2, int64_t{e->h.cpu}).bind(3, int64_t{e->prev_tid}).bind(4, int64_t{e->prev_tgid});
+            s.bind(5, bounded(e->prev_comm, PI_COMM_LEN)).bind(6, int64_t{e->prev_state});
+            s.bind(7, int64_t{e->next_tid}).bind(8, int64_t{e->next_tgid}).bind(9, bounded(e->next_comm, PI_COMM_LEN));
+            s.bind(10, int64_t{e->preempt}).run();
+            break;
+        }
+        case PI_EV_WAKEUP: {
+            auto* e = as<pi_wakeup_event>(data, size, malformed_);
+            if (!e) return;
+            auto& s = st_->wake;
+            s.bind(1, i64(e->ts_ns)).bind(2, int64_t{e->h.cpu}).bind(3, int64_t{e->h.tid}).bind(4, int64_t{e->target_cpu});
+            s.bind(5, int64_t{e->waker_tid}).bind(6, int64_t{e->waker_tgid}).bind(7, bounded(e->waker_comm, PI_COMM_LEN));
+            s.run();
+            break;
+        }
+        default:
+            return void(++malformed_);
+    }
+    ++counts_[h->kind];
+}
+
+}  // namespace profinfer
