@@ -71,7 +71,10 @@ JSON
 
 build_flavour() { # flavour
   local flavour=$1 dir=$ROOT/$1 extra=()
-  [[ $flavour == blis ]] && extra=(-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=FLAME)
+  if [[ $flavour == blis ]]; then
+    "$(dirname "$0")/install-deps.sh" --with-blis   # Debian's libblis-dev: BLAS vendor FLAME
+    extra=(-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=FLAME)
+  fi
   ensure_source
   say "building llama.cpp ($flavour) in $dir/build — about 10 minutes on 2 cores, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -3,14 +3,23 @@
 // independent of profinfer's probes. For MUL_MAT_ID nodes it adds the expert ids the
 // router chose (src[2], i32 [n_expert_used, n_tokens]).
 //
-//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS]
+//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model]
 // Output lines: {"call":K,"name":...,"op":...,"src":[...],"ne":[...],"ids":[[...],...]}
 // where call K is the K-th llama_decode (0 = the prompt).
+// --page-out-model: after loading, reclaim the model file's pages (MADV_PAGEOUT), as
+// memory pressure would, without read-ahead, so that the operators fault the weights back
+// in from disk page by page.
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -59,6 +68,28 @@ bool on_node(ggml_tensor* t, bool ask, void*) {
     return true;
 }
 
+// Reclaims every mapping of PATH in this process; returns the bytes advised.
+size_t page_out(const char* path) {
+    std::ifstream maps("/proc/self/maps");
+    size_t total = 0;
+    for (std::string line; std::getline(maps, line);) {
+        if (line.size() < std::strlen(path) || line.compare(line.size() - std::strlen(path), std::string::npos, path) != 0)
+            continue;
+        unsigned long lo, hi;
+        if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+        // MADV_RANDOM: no read-ahead, so every page an operator touches faults on its own.
+        if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT) == 0 &&
+            madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_RANDOM) == 0)
+            total += hi - lo;
+    }
+    // Pages no longer mapped can now leave the page cache too.
+    if (FILE* f = std::fopen(path, "r")) {
+        posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+        std::fclose(f);
+    }
+    return total;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,6 +100,7 @@ int main(int argc, char** argv) {
     const std::string prompt = argv[2];
     const int n_predict = std::atoi(argv[3]);
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
+    const bool page_out_model = argc > 5 && std::strcmp(argv[5], "--page-out-model") == 0;
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     ggml_backend_load_all();
     llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
@@ -89,6 +121,10 @@ int main(int argc, char** argv) {
     llama_sampler* smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(smpl, llama_sampler_init_greedy());
 
+    if (page_out_model) {
+        char real[4096];
+        if (!realpath(argv[1], real) || page_out(real) == 0) return std::fprintf(stderr, "cannot page out %s\n", argv[1]), 1;
+    }
     llama_batch batch = llama_batch_get_one(tokens.data(), n);
     llama_token next;
     for (g_call = 0; g_call < n_predict; ++g_call) {
