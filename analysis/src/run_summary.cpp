@@ -14,6 +14,17 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
     s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM tokens");
     s.prefill_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'prefill'");
     s.decode_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'");
+    s.graphs = db.scalar("SELECT count(*) FROM graphs WHERE api = 'backend'");
+    s.cpu_graphs = db.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu'");
+    s.operators = db.scalar("SELECT count(*) FROM nodes");
+    s.op_records = db.scalar("SELECT count(*) FROM ops");
+    s.op_types = db.scalar("SELECT count(DISTINCT op) FROM nodes");
+    s.threads = db.scalar("SELECT count(DISTINCT tid) FROM ops");
+    s.sched_switches = db.scalar("SELECT count(*) FROM sched_switch");
+    s.sched_wakeups = db.scalar("SELECT count(*) FROM sched_wakeup");
+    s.expert_records = db.scalar("SELECT count(*) FROM experts");
+    if (db.scalar("SELECT count(*) FROM counters WHERE available = 1") > 0 && s.op_records > 0)
+        s.counters_valid_share = double(db.scalar("SELECT count(*) FROM ops WHERE c0 IS NOT NULL")) / double(s.op_records);
     {
         store::Statement st(db.handle(), "SELECT end_ns - start_ns FROM tokens WHERE phase = 'prefill' ORDER BY start_ns LIMIT 1");
         if (st.step()) s.ttft_ms = st.column_int(0) / 1e6;
@@ -58,6 +69,18 @@ nlohmann::json RunSummary::to_json() const {
         {"tokens", tokens},
         {"prefill_calls", prefill_calls},
         {"decode_calls", decode_calls},
+        {"graphs", graphs},
+        {"cpu_graphs", cpu_graphs},
+        {"operators", operators},
+        {"op_records", op_records},
+        {"op_types", op_types},
+        {"threads", threads},
+        {"sched_switches", sched_switches},
+        {"sched_wakeups", sched_wakeups},
+        {"expert_records", expert_records},
+        {"counters_valid_share", counters_valid_share},
+        {"op_strategy", m("op_strategy")},
+        {"struct_layout", m("struct_layout")},
         {"ttft_ms", ttft_ms},
         {"median_tpot_ms", median_tpot_ms},
         {"lost_events", lost},
@@ -77,6 +100,13 @@ std::string RunSummary::to_text() const {
       << "tokens          " << tokens << "\n"
       << "prefill calls   " << prefill_calls << "\n"
       << "decode calls    " << decode_calls << "\n"
+      << "graphs          " << graphs << " (CPU graphs " << cpu_graphs << ")\n"
+      << "operators       " << operators << " nodes, " << op_records << " per-thread records, " << op_types
+      << " op types, " << threads << " threads\n"
+      << "scheduler       " << sched_switches << " switches, " << sched_wakeups << " wakeups\n"
+      << "expert records  " << expert_records << "\n"
+      << "op strategy     " << j["op_strategy"].get<std::string>() << "\n"
+      << "struct layout   " << j["struct_layout"].get<std::string>() << "\n"
       << "TTFT            " << ttft_ms << " ms\n"
       << "median TPOT     " << median_tpot_ms << " ms\n"
       << "lost events     " << j["lost_events"].get<int64_t>() << "\n"

@@ -30,7 +30,7 @@ CREATE TABLE tokens (
   end_ns    INTEGER NOT NULL,
   n_tokens  INTEGER NOT NULL,  -- llama_batch.n_tokens; -1 if unreadable
   ret       INTEGER NOT NULL,  -- llama_decode's return value
-  phase     TEXT NOT NULL      -- prefill (first call, or batch > 1) or decode
+  phase     TEXT NOT NULL      -- prefill (batch of more than one token) or decode
 );
 -- One row per graph a backend computed. api: backend (ggml_backend_graph_compute_async,
 -- any backend) or cpu (ggml_graph_compute, the CPU backend's graph; operators refer to it).
@@ -62,7 +62,8 @@ CREATE TABLE ops (
   tensor         INTEGER NOT NULL,
   fused_tensor   INTEGER,           -- second node of a fused kernel (RMS_NORM+MUL)
   barriers       INTEGER NOT NULL,  -- ggml_barrier calls in the node, the ending one included
-  c0 INTEGER, c1 INTEGER, c2 INTEGER, c3 INTEGER, c4 INTEGER, c5 INTEGER  -- counter deltas (see counters), NULL if unknown
+  -- counter deltas (see counters) while this thread ran the node, on whichever CPUs; NULL if unknown
+  c0 INTEGER, c1 INTEGER, c2 INTEGER, c3 INTEGER, c4 INTEGER, c5 INTEGER
 );
 CREATE INDEX ops_graph ON ops(graph_seq, tensor);
 -- One row per graph node (read by the thread with ith = 0).

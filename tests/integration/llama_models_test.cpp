@@ -4,7 +4,6 @@
 // profinfer's tracer.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -23,13 +22,8 @@ std::vector<Node> computed_graph(const std::string& model) {
     auto r = run({graph_dump_bin(), model, "Hi", "1"});
     EXPECT_EQ(r.status, 0) << r.err;
     std::vector<Node> g;
-    std::istringstream lines(r.out);
-    for (std::string l; std::getline(lines, l);) {
-        auto j = nlohmann::json::parse(l);
-        const auto& src = j["src"];
-        g.push_back({j["name"], j["op"], src.size() > 0 ? src[0].get<std::string>() : "",
-                     src.size() > 1 ? src[1].get<std::string>() : ""});
-    }
+    for (const auto& n : parse_graph_dump(r.out))
+        g.push_back({n.name, n.op, n.src.size() > 0 ? n.src[0] : "", n.src.size() > 1 ? n.src[1] : ""});
     return g;
 }
 

@@ -102,7 +102,11 @@ int main(int argc, char** argv) {
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
     const bool page_out_model = argc > 5 && std::strcmp(argv[5], "--page-out-model") == 0;
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+#ifdef GGML_BACKEND_DIR
+    ggml_backend_load_all_from_path(GGML_BACKEND_DIR);
+#else
     ggml_backend_load_all();
+#endif
     llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
     if (!model) return std::fprintf(stderr, "cannot load %s\n", argv[1]), 1;
     const llama_vocab* vocab = llama_model_get_vocab(model);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -49,6 +50,29 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
 
 fs::path profinfer_bin() { return PROFINFER_BIN; }
 fs::path graph_dump_bin() { return LLAMA_GRAPH_DUMP_BIN; }
+fs::path graph_dump_release_bin() { return LLAMA_GRAPH_DUMP_RELEASE_BIN; }
+fs::path fake_llama_bin() { return FAKE_LLAMA_BIN; }
+
+bool DumpNode::computed() const {
+    return op != "NONE" && op != "VIEW" && op != "RESHAPE" && op != "PERMUTE" && op != "TRANSPOSE";
+}
+
+std::vector<DumpNode> parse_graph_dump(const std::string& out) {
+    std::vector<DumpNode> nodes;
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);) {
+        if (l.empty() || l[0] != '{') continue;  // the target's other output
+        auto j = nlohmann::json::parse(l);
+        DumpNode n;
+        n.call = j["call"];
+        n.name = j["name"];
+        n.op = j["op"];
+        n.src = j["src"].get<std::vector<std::string>>();
+        if (j.contains("ids")) n.ids = j["ids"].get<std::vector<std::vector<int>>>();
+        nodes.push_back(std::move(n));
+    }
+    return nodes;
+}
 
 TempDir::TempDir() {
     std::string tmpl = (fs::temp_directory_path() / "profinfer-test-XXXXXX").string();

@@ -25,6 +25,22 @@ std::filesystem::path profinfer_bin();
 // tests/programs/llama_graph_dump, built against the pinned debug llama.cpp.
 std::filesystem::path graph_dump_bin();
 
+// tests/programs/llama_graph_dump built against the stock release libraries.
+std::filesystem::path graph_dump_release_bin();
+// A program whose libllama.so exports no llama_decode (as a stripped build would).
+std::filesystem::path fake_llama_bin();
+
+// One node as llama.cpp's eval callback reported it (llama_graph_dump's output).
+struct DumpNode {
+    int call = 0;  // the llama_decode call, 0 = the prompt
+    std::string name, op;
+    std::vector<std::string> src;
+    std::vector<std::vector<int>> ids;  // MUL_MAT_ID: expert ids per token
+    // Nodes ggml computes (views and reshapes are free and never reach a kernel).
+    bool computed() const;
+};
+std::vector<DumpNode> parse_graph_dump(const std::string& out);
+
 // A fresh directory removed at scope exit.
 class TempDir {
 public:

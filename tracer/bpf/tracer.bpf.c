@@ -19,6 +19,7 @@ const volatile bool stop_on_library_load = false;
 const volatile __u32 n_counters = 0; /* perf counters per CPU in `counters` */
 const volatile __u32 n_cpus = 1;
 const volatile bool capture_experts = false;
+const volatile bool emit_sched = false; /* sched records; sched_switch also runs for counters */
 /* Written by user space once it knows the target's libraries (DWARF or built-in). */
 struct pi_layout layout = {};
 
@@ -179,7 +180,14 @@ struct thread_state {
 	__u32 barriers, start_cpu;
 	__u32 tid, tgid;
 	__u32 active, reserved;
+	/* Counter values where the current on-CPU stretch began, and the counts of earlier
+	 * stretches of this node: sched_switch moves a running node's count into acc, so a
+	 * node that sleeps or migrates (a major fault does both) is counted on every CPU it
+	 * ran on, and only while it ran. */
 	__u64 counters[PI_MAX_COUNTERS];
+	__u64 acc[PI_MAX_COUNTERS];
+	/* What the node had counted when the thread entered its last barrier. */
+	__u64 counted[PI_MAX_COUNTERS];
 };
 
 struct {
@@ -220,13 +228,19 @@ static __always_inline void emit_op(struct thread_state *st, __u64 now)
 	ev->nth = st->nth;
 	ev->barriers = st->barriers;
 	ev->start_cpu = st->start_cpu;
+	/* Counts up to the node's last barrier (its compute), read on the thread's own CPU;
+	 * a node without a barrier can only be counted by its own thread. */
 	__u64 now_counters[PI_MAX_COUNTERS] = {};
-	bool same_cpu = ev->h.cpu == st->start_cpu;
-	if (n_counters)
+	bool own = st->tid == (__u32)bpf_get_current_pid_tgid();
+	if (n_counters && !st->barriers && own)
 		read_counters(now_counters);
 	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
-		if (c < n_counters && same_cpu && now_counters[c] != ~0ULL && st->counters[c] != ~0ULL)
-			ev->counters[c] = now_counters[c] - st->counters[c];
+		if (c >= n_counters)
+			ev->counters[c] = ~0ULL;
+		else if (st->barriers)
+			ev->counters[c] = st->counted[c];
+		else if (own && now_counters[c] != ~0ULL && st->counters[c] != ~0ULL)
+			ev->counters[c] = st->acc[c] + now_counters[c] - st->counters[c];
 		else
 			ev->counters[c] = ~0ULL;
 	}
@@ -403,8 +417,11 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	bpf_probe_read_user(&st->ith, sizeof(st->ith), params + layout.params_ith);
 	bpf_probe_read_user(&st->nth, sizeof(st->nth), params + layout.params_nth);
 	st->start_cpu = bpf_get_smp_processor_id();
-	if (n_counters)
+	if (n_counters) {
 		read_counters(st->counters);
+		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+			st->acc[c] = 0;
+	}
 	st->active = 1;
 	if (st->ith == 0) {
 		emit_node(pid_tgid, st->graph_seq, tensor);
@@ -456,11 +473,40 @@ int BPF_KPROBE(barrier_enter)
 	if (st && st->active) {
 		st->last_barrier_ns = bpf_ktime_get_ns();
 		st->barriers++;
+		if (n_counters) {
+			__u64 now[PI_MAX_COUNTERS] = {};
+			read_counters(now);
+			for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+				if (c < n_counters)
+					st->counted[c] = (now[c] == ~0ULL || st->counters[c] == ~0ULL)
+								 ? ~0ULL
+								 : st->acc[c] + now[c] - st->counters[c];
+		}
 	}
 	return 0;
 }
 
 /* ---------------------------------------------------------------- scheduler */
+
+/* Per-node counters follow the thread across CPUs (see thread_state). */
+static __always_inline void account_switch(__u32 prev_tid, bool prev_ours, __u32 next_tid, bool next_ours)
+{
+	if (!n_counters)
+		return;
+	__u64 now[PI_MAX_COUNTERS] = {};
+	read_counters(now);
+	struct thread_state *st;
+	if (prev_ours && (st = bpf_map_lookup_elem(&thread_states, &prev_tid)) && st->active) {
+		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+			if (c < n_counters && now[c] != ~0ULL && st->counters[c] != ~0ULL)
+				st->acc[c] += now[c] - st->counters[c];
+	}
+	if (next_ours && (st = bpf_map_lookup_elem(&thread_states, &next_tid)) && st->active) {
+		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+			if (c < n_counters)
+				st->counters[c] = now[c];
+	}
+}
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -468,6 +514,9 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 {
 	__u32 prev_tgid = prev->tgid, next_tgid = next->tgid;
 	if (prev_tgid != target_tgid && next_tgid != target_tgid)
+		return 0;
+	account_switch(prev->pid, prev_tgid == target_tgid, next->pid, next_tgid == target_tgid);
+	if (!emit_sched)
 		return 0;
 	struct pi_switch_event *ev = reserve(PI_EV_SWITCH, sizeof(*ev));
 	if (!ev)

@@ -269,7 +269,9 @@ private:
         bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_mb << 20);
         skel_->bss->layout = layout_.offsets;
         const bool sched = opts_.level == TraceLevel::Full;
-        bpf_program__set_autoload(skel_->progs.sched_switch, sched);
+        skel_->rodata->emit_sched = sched;
+        // sched_switch also keeps per-node counters right across CPU migrations.
+        bpf_program__set_autoload(skel_->progs.sched_switch, sched || n_active > 0);
         bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
         int err = tracer_bpf__load(skel_);
         if (err) {
@@ -284,9 +286,9 @@ private:
                 if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
                     throw_errno("installing counter " + counters_->active()[c]->name);
             }
-        if (sched) {
-            for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
-                                      std::pair{skel_->progs.sched_wakeup, "sched_wakeup"}}) {
+        for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
+                                  std::pair{skel_->progs.sched_wakeup, "sched_wakeup"}}) {
+            if (bpf_program__autoload(prog)) {
                 bpf_link* l = bpf_program__attach(prog);
                 record_probe(name, "", "tp_btf", l != nullptr, l ? "" : std::strerror(errno));
                 if (!l) throw Error(std::string("cannot attach tracepoint ") + name + ": " + std::strerror(errno));

@@ -92,7 +92,7 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_TOKEN: {
             auto* e = as<pi_token_event>(data, size, malformed_);
             if (!e) return;
-            const bool prefill = e->n_tokens > 1 || count(PI_EV_TOKEN) == 0;
+            const bool prefill = e->n_tokens > 1;
             decode_calls_ += !prefill;
             auto& s = st_->token;
             s.bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});

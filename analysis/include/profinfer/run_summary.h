@@ -13,6 +13,12 @@ struct RunSummary {
     std::map<std::string, std::string> meta;
     int64_t tokens = 0;  // tokens processed (sum of batch sizes)
     int64_t decode_calls = 0, prefill_calls = 0;
+    int64_t graphs = 0, cpu_graphs = 0;         // backend graphs, and CPU graphs (ggml_graph_compute)
+    int64_t operators = 0;                      // graph nodes executed (nodes table)
+    int64_t op_records = 0;                     // per-thread node records (ops table)
+    int64_t op_types = 0, threads = 0;
+    int64_t sched_switches = 0, sched_wakeups = 0, expert_records = 0;
+    double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
     double ttft_ms = 0;         // duration of the first prefill call
     double median_tpot_ms = 0;  // median duration of the decode calls
     std::map<std::string, int64_t> lost_events;

@@ -1,0 +1,76 @@
+// profinfer record when it cannot do its job: one clear line, non-zero exit, and no DB
+// or a DB marked failed; and when it is told to stop.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
+
+#include "profinfer/run_summary.h"
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+size_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+std::string status_of(const fs::path& db) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    return d.meta()["status"];
+}
+}  // namespace
+
+TEST(RecordErrors, LibraryWithoutTheSymbol) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", fake_llama_bin()});
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("has no symbol llama_decode"), std::string::npos) << r.err;
+    EXPECT_EQ(status_of(d / "run.db"), "failed");
+}
+
+TEST(RecordErrors, MissingCapability) {
+    PROFINFER_REQUIRE_BPF();  // needs root to drop to another user
+    TempDir d;
+    fs::permissions(d.path(), fs::perms::all);
+    auto r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                  profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", "/bin/true"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("run as root or grant CAP_BPF and CAP_PERFMON"), std::string::npos) << r.err;
+    if (fs::exists(d / "run.db")) {
+        EXPECT_EQ(status_of(d / "run.db"), "failed");
+    }
+}
+
+// SIGTERM to profinfer: the launched target is stopped too, and the DB keeps what was
+// recorded, marked incomplete.
+TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        auto prog = llama_debug().program("llama-simple");
+        auto model = tiny_model("llama3.2-1b");
+        execl(profinfer_bin().c_str(), "profinfer", "record", "--level", "op", "-o", (d / "run.db").c_str(), "--",
+              prog.c_str(), "-m", model.c_str(), "-n", "1500", "Hello", nullptr);
+        _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st));
+    auto s = RunSummary::load(d / "run.db");
+    EXPECT_EQ(s.meta["status"], "incomplete");
+    EXPECT_EQ(s.meta["interrupted_by"], "Terminated");
+    EXPECT_GT(s.decode_calls, 10);
+    EXPECT_GT(s.op_records, 100);
+}

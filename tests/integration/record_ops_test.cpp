@@ -1,0 +1,266 @@
+// profinfer record at graph, operator and full level on the real llama.cpp, checked
+// against what llama.cpp itself reports through its eval callback (llama_graph_dump).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "profinfer/run_summary.h"
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+
+struct Recording {
+    RunResult result;
+    fs::path db;
+};
+
+Recording record(const TempDir& d, std::vector<std::string> options, const std::vector<std::string>& command) {
+    std::vector<std::string> argv{profinfer_bin(), "record", "-o", d / "run.db"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), command.begin(), command.end());
+    return {run(argv), d / "run.db"};
+}
+
+int64_t lost(const fs::path& db) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    return d.scalar("SELECT coalesce(sum(count), 0) FROM lost_events");
+}
+
+// The recorded nodes per llama_decode call: for call k, the node names of every CPU
+// graph computed inside the k-th llama_decode, the nodes that have an op record, and
+// the nodes whose records are not exactly one per participating thread (ith 0..nth-1).
+struct CallRecord {
+    std::multiset<std::pair<std::string, std::string>> nodes;  // (name, op)
+    int64_t nodes_with_records = 0, nodes_with_bad_thread_records = 0, threads = 0;
+};
+
+std::vector<CallRecord> recorded_calls(const fs::path& path) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    std::vector<CallRecord> calls;
+    store::Statement tok(db.handle(), "SELECT start_ns, end_ns FROM tokens ORDER BY start_ns");
+    while (tok.step()) {
+        CallRecord c;
+        const int64_t s = tok.column_int(0), e = tok.column_int(1);
+        const std::string in_call = "(SELECT seq FROM graphs WHERE api = 'cpu' AND start_ns >= " + std::to_string(s) +
+                                    " AND end_ns <= " + std::to_string(e) + ")";
+        store::Statement n(db.handle(), ("SELECT name, op FROM nodes WHERE graph_seq IN " + in_call).c_str());
+        while (n.step()) c.nodes.insert({n.column_text(0), n.column_text(1)});
+        const std::string per_node = "(SELECT graph_seq, tensor, count(*) AS n, count(DISTINCT ith) AS i, max(nth) AS t, "
+                                     "min(ith) AS lo, max(ith) AS hi FROM ops WHERE graph_seq IN " + in_call +
+                                     " GROUP BY graph_seq, tensor)";
+        c.nodes_with_records = db.scalar("SELECT count(*) FROM " + per_node);
+        c.nodes_with_bad_thread_records =
+            db.scalar("SELECT count(*) FROM " + per_node + " WHERE n != t OR i != t OR lo != 0 OR hi != t - 1");
+        // Threads by ggml's index: builds without OpenMP start new threads per graph.
+        c.threads = db.scalar("SELECT max(nth) FROM ops WHERE graph_seq IN " + in_call);
+        calls.push_back(std::move(c));
+    }
+    return calls;
+}
+
+void expect_calls_match_dump(const Recording& rec, int n_calls, int n_threads) {
+    auto dump = parse_graph_dump(rec.result.out);
+    ASSERT_FALSE(dump.empty()) << rec.result.err;
+    auto calls = recorded_calls(rec.db);
+    ASSERT_EQ(int(calls.size()), n_calls);
+    for (int k = 0; k < n_calls; ++k) {
+        SCOPED_TRACE("llama_decode call " + std::to_string(k));
+        std::multiset<std::pair<std::string, std::string>> expected;
+        for (const auto& n : dump)
+            if (n.call == k && n.computed()) expected.insert({n.name, n.op});
+        ASSERT_GT(expected.size(), 10u);
+        EXPECT_EQ(calls[k].nodes, expected);
+        // No fusion under the eval callback: one record set per node.
+        EXPECT_EQ(calls[k].nodes_with_records, int64_t(expected.size()));
+        EXPECT_EQ(calls[k].nodes_with_bad_thread_records, 0);
+        EXPECT_EQ(calls[k].threads, n_threads);
+    }
+}
+
+}  // namespace
+
+// Every node llama.cpp computes is recorded once per thread, no more, no less, with its
+// name and op — on the debug-info build (struct layout from DWARF).
+TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op"}, {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    auto s = RunSummary::load(rec.db);
+    EXPECT_EQ(s.prefill_calls, 1);
+    EXPECT_EQ(s.decode_calls, 15);
+    EXPECT_NE(s.meta["struct_layout"].find("DWARF"), std::string::npos);
+    expect_calls_match_dump(rec, 16, 2);
+}
+
+// The same on the unmodified release libraries of @node-llama-cpp/linux-x64 (no DWARF,
+// the CPU backend dlopen'ed at run time): layout from the built-in table.
+TEST(RecordOps, EveryComputedNodeOncePerThreadReleaseLibraries) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op"}, {graph_dump_release_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    auto meta = db.meta();
+    EXPECT_NE(meta["struct_layout"].find("built-in"), std::string::npos) << meta["struct_layout"];
+    // ggml_backend_load_all dlopens every CPU variant to score it: all were seen (and
+    // attached while mapped); the nodes ran in the one it kept.
+    EXPECT_GE(db.scalar("SELECT count(*) FROM libraries WHERE role = 'libggml-cpu' AND path LIKE '%libggml-cpu-%.so' "
+                        "AND debug_info = 0"),
+              1);
+    expect_calls_match_dump(rec, 16, 2);
+}
+
+// llama-simple as users run it (flash attention on, fused RMS_NORM+MUL): one CPU graph
+// per call, each node once per thread, ith 0..nth-1, fused kernels named with both nodes.
+TEST(RecordOps, LlamaSimpleGraphsThreadsAndFusedKernels) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "16", "Hello world"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM graphs WHERE api = 'backend' AND backend_name = 'CPU'"), 16);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu'"), 16);
+    // Each graph: per thread the same number of records, and a record per (node, ith).
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT graph_seq, count(DISTINCT n) AS k FROM "
+                        "(SELECT graph_seq, tid, count(*) AS n FROM ops GROUP BY graph_seq, tid) GROUP BY graph_seq) "
+                        "WHERE k != 1"),
+              0);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT graph_seq, tensor, count(DISTINCT ith) AS i, max(nth) AS t "
+                        "FROM ops GROUP BY graph_seq, tensor) WHERE i != t"),
+              0);
+    // Fused RMS_NORM+MUL: one kernel, two nodes, both recorded.
+    const int64_t fused = db.scalar("SELECT count(*) FROM ops WHERE fused_tensor IS NOT NULL AND ith = 0");
+    EXPECT_GT(fused, 0);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM nodes"), db.scalar("SELECT count(*) FROM ops WHERE ith = 0") + fused);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM ops o JOIN nodes n ON n.graph_seq = o.graph_seq AND n.tensor = o.fused_tensor "
+                        "WHERE o.ith = 0 AND n.op = 'MUL'"),
+              fused);
+    // Per thread, node time plus wait time covers the graph.
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM ops WHERE NOT (start_ns <= compute_end_ns AND compute_end_ns <= end_ns)"), 0);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT g.seq, o.tid, sum(o.end_ns - o.start_ns) AS busy, "
+                        "g.end_ns - g.start_ns AS span FROM ops o JOIN graphs g ON g.seq = o.graph_seq "
+                        "GROUP BY g.seq, o.tid) WHERE busy > span OR busy < span * 0.5"),
+              0);
+}
+
+// MoE: the expert ids recorded at MUL_MAT_ID are the ones llama.cpp's router chose.
+TEST(RecordFull, ExpertIdsMatchLlamaCppsRouting) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "full"}, {graph_dump_bin(), tiny_model("qwen1.5-moe-a2.7b"), "Hello world", "4", "2"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    auto dump = parse_graph_dump(rec.result.out);
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    // expected[(call, name)] = ids per token
+    std::map<std::pair<int, std::string>, std::vector<std::vector<int>>> expected;
+    for (const auto& n : dump)
+        if (n.op == "MUL_MAT_ID") expected[{n.call, n.name}] = n.ids;
+    ASSERT_EQ(expected.size(), 4u * 2 * 3);  // calls x layers x (gate, up, down)
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    {
+        store::Statement t(db.handle(), "SELECT start_ns, end_ns FROM tokens ORDER BY start_ns");
+        while (t.step()) calls.push_back({t.column_int(0), t.column_int(1)});
+    }
+    ASSERT_EQ(calls.size(), 4u);
+    std::map<std::pair<int, std::string>, std::vector<std::vector<int>>> got;
+    store::Statement e(db.handle(),
+                       "SELECT g.start_ns, x.name, x.token, x.slot, x.expert, x.layer FROM experts x "
+                       "JOIN graphs g ON g.seq = x.graph_seq ORDER BY x.rowid");
+    while (e.step()) {
+        int call = -1;
+        for (size_t k = 0; k < calls.size(); ++k)
+            if (e.column_int(0) >= calls[k].first && e.column_int(0) <= calls[k].second) call = int(k);
+        auto& rows = got[{call, e.column_text(1)}];
+        size_t tok = e.column_int(2), slot = e.column_int(3);
+        if (rows.size() <= tok) rows.resize(tok + 1);
+        if (rows[tok].size() <= slot) rows[tok].resize(slot + 1);
+        rows[tok][slot] = int(e.column_int(4));
+        EXPECT_EQ(e.column_int(5), e.column_text(1).back() - '0');  // layer from "ffn_moe_up-1"
+        EXPECT_GE(e.column_int(4), 0);
+        EXPECT_LT(e.column_int(4), 8);
+    }
+    EXPECT_EQ(got, expected);
+    // k = 2 experts per token per MoE node
+    for (const auto& [key, rows] : got)
+        for (const auto& r : rows) EXPECT_EQ(r.size(), 2u);
+}
+
+// Scheduler events of the target's threads are recorded, with the other side named.
+TEST(RecordFull, SchedulerEventsOfTargetThreads) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "full"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "16", "Hello"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    const auto pid = std::stoll(db.meta()["pid"]);
+    EXPECT_GT(db.scalar("SELECT count(*) FROM sched_switch"), 10);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_tgid != " + std::to_string(pid) +
+                        " AND next_tgid != " + std::to_string(pid)),
+              0);
+    EXPECT_GT(db.scalar("SELECT count(*) FROM sched_wakeup"), 0);
+    EXPECT_GT(db.scalar("SELECT count(*) FROM sched_switch WHERE next_comm != '' AND prev_comm != ''"), 0);
+    // The op threads appear in the scheduler records.
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT DISTINCT tid FROM ops) WHERE tid NOT IN "
+                        "(SELECT prev_tid FROM sched_switch UNION SELECT next_tid FROM sched_switch)"),
+              0);
+}
+
+// Per-operator major faults: weights paged out before decoding fault back in inside the
+// operators that read them; a warm run has none.
+TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {
+    PROFINFER_REQUIRE_BPF();
+    auto faults = [](bool cold) {
+        TempDir d;
+        std::vector<std::string> cmd{graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "4", "2"};
+        if (cold) cmd.push_back("--page-out-model");
+        auto rec = record(d, {"--level", "op", "--counters", "major-faults"}, cmd);
+        EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        EXPECT_EQ(db.scalar("SELECT available FROM counters WHERE name = 'major-faults'"), 1);
+        return db.scalar("SELECT coalesce(sum(c0), 0) FROM ops");
+    };
+    const int64_t cold = faults(true), warm = faults(false);
+    EXPECT_GT(cold, 10);
+    EXPECT_LE(warm * 10, cold);
+}
+
+// --pid: attach to a llama.cpp process already generating; records from the next token
+// on and ends when the target exits.
+TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    pid_t target = fork();
+    if (target == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        auto prog = llama_debug().program("llama-simple");
+        auto model = tiny_model("llama3.2-1b");
+        execl(prog.c_str(), "llama-simple", "-m", model.c_str(), "-n", "800", "Hello", nullptr);
+        _exit(127);
+    }
+    usleep(700 * 1000);  // loading and the prompt are done; decoding is under way
+    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
+    int st = 0;
+    waitpid(target, &st, 0);
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto s = RunSummary::load(d / "run.db");
+    EXPECT_EQ(s.meta["status"], "complete");
+    EXPECT_EQ(s.prefill_calls, 0);  // the prompt was before we attached
+    EXPECT_GT(s.decode_calls, 50);
+    EXPECT_GT(s.operators, 1000);
+    EXPECT_EQ(lost(d / "run.db"), 0);
+}
