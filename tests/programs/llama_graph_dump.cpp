@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -70,6 +71,11 @@ bool on_node(ggml_tensor* t, bool ask, void*) {
 
 // Reclaims every mapping of PATH in this process; returns the bytes advised.
 size_t page_out(const char* path) {
+    // Dirty pages (a model written moments ago) cannot be reclaimed: write them back first.
+    if (FILE* f = std::fopen(path, "r")) {
+        fdatasync(fileno(f));
+        std::fclose(f);
+    }
     std::ifstream maps("/proc/self/maps");
     size_t total = 0;
     for (std::string line; std::getline(maps, line);) {
