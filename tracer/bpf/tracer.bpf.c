@@ -66,6 +66,18 @@ static __always_inline void fill_header(struct pi_event_header *h, __u32 kind, _
 	fill_header_for(h, kind, size, pid_tgid >> 32, (__u32)pid_tgid);
 }
 
+/* Waking the consumer for every record would preempt the inference threads (on a small
+ * board every core runs one) and stall the others at the next barrier: records are
+ * handed over silently, the consumer polls on a timer, and is woken early only when
+ * the buffer fills past wakeup_bytes. */
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+static __always_inline void submit(void *ev)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(ev, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void *reserve(__u32 kind, __u32 size)
 {
 	void *p = bpf_ringbuf_reserve(&events, size, 0);
@@ -127,7 +139,7 @@ int BPF_KRETPROBE(llama_decode_exit, int ret)
 		ev->end_ns = now;
 		ev->n_tokens = e->n_tokens;
 		ev->ret = ret;
-		bpf_ringbuf_submit(ev, 0);
+		submit(ev);
 	}
 	bpf_map_delete_elem(&decode_entries, &tid);
 	return 0;
@@ -244,7 +256,7 @@ static __always_inline void emit_op(struct thread_state *st, __u64 now)
 		else
 			ev->counters[c] = ~0ULL;
 	}
-	bpf_ringbuf_submit(ev, 0);
+	submit(ev);
 	st->active = 0;
 }
 
@@ -286,7 +298,7 @@ static __always_inline void graph_exit(__u32 api)
 		__builtin_memcpy(ev->guid, g->guid, sizeof(ev->guid));
 		ev->n_nodes = g->n_nodes;
 		ev->api = api;
-		bpf_ringbuf_submit(ev, 0);
+		submit(ev);
 	}
 	bpf_map_delete_elem(&graph_entries, &key);
 }
@@ -363,7 +375,7 @@ static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *
 		n = i + 1;
 	}
 	ev->n_ids = n;
-	bpf_ringbuf_submit(ev, 0);
+	submit(ev);
 }
 
 static __always_inline void emit_node(__u64 pid_tgid, __u64 seq, const void *t)
@@ -383,7 +395,7 @@ static __always_inline void emit_node(__u64 pid_tgid, __u64 seq, const void *t)
 	bpf_probe_read_user_str(ev->name, sizeof(ev->name), t + layout.tensor_name);
 	__u32 op = ev->dst.op;
 	__u64 ids = ev->src[2];
-	bpf_ringbuf_submit(ev, 0);
+	submit(ev);
 	if (capture_experts && op == layout.op_mul_mat_id && ids)
 		emit_experts(pid_tgid, seq, t, (const void *)ids);
 }
@@ -533,7 +545,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	ev->reserved = 0;
 	bpf_probe_read_kernel_str(ev->prev_comm, sizeof(ev->prev_comm), prev->comm);
 	bpf_probe_read_kernel_str(ev->next_comm, sizeof(ev->next_comm), next->comm);
-	bpf_ringbuf_submit(ev, 0);
+	submit(ev);
 	return 0;
 }
 
@@ -553,7 +565,7 @@ int BPF_PROG(sched_wakeup, struct task_struct *p)
 	ev->target_cpu = p->wake_cpu;
 	ev->reserved = 0;
 	bpf_get_current_comm(ev->waker_comm, sizeof(ev->waker_comm));
-	bpf_ringbuf_submit(ev, 0);
+	submit(ev);
 	return 0;
 }
 
@@ -571,7 +583,7 @@ int BPF_KPROBE(dl_debug_state)
 	if (ev) {
 		fill_header(&ev->h, PI_EV_LIBRARY, sizeof(*ev), pid_tgid);
 		ev->ts_ns = bpf_ktime_get_ns();
-		bpf_ringbuf_submit(ev, 0);
+		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP); /* the target waits, stopped */
 	}
 	bpf_send_signal(19 /* SIGSTOP */);
 	return 0;

@@ -267,6 +267,7 @@ private:
         skel_->rodata->n_counters = n_active;
         bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
         bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_mb << 20);
+        skel_->rodata->wakeup_bytes = (opts_.buffer_mb << 20) / 8;
         skel_->bss->layout = layout_.offsets;
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;
@@ -477,7 +478,8 @@ private:
         std::optional<clock::time_point> forwarded_at;
         uint64_t lost_library_seen = 0;
         for (;;) {
-            int n = ring_buffer__poll(rb_, 100);
+            int n = ring_buffer__poll(rb_, 50);
+            if (n == 0) n = ring_buffer__consume(rb_);  // records handed over without a wakeup
             if (!consumer_error_.empty()) throw Error(consumer_error_);
             if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
             // If the loader-stop record was lost, the target sits stopped: notice it anyway.
