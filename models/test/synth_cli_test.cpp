@@ -71,13 +71,7 @@ TEST(SynthCli, InterruptedWriteLeavesNoFile) {
     TempDir d;
     fs::path out = d / "big.gguf";
     // The full-size model at f32 is ~6 GB: far from done after half a second.
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        execl(profinfer_bin().c_str(), "profinfer", "model", "synth", "--card", "llama3.2-1b", "--type", "f32", "-o",
-              out.c_str(), nullptr);
-        _exit(127);
-    }
+    pid_t pid = spawn({profinfer_bin(), "model", "synth", "--card", "llama3.2-1b", "--type", "f32", "-o", out});
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     kill(pid, SIGINT);
     int st = 0;

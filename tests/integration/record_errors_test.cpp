@@ -53,16 +53,8 @@ TEST(RecordErrors, MissingCapability) {
 TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        freopen("/dev/null", "w", stderr);
-        auto prog = llama_debug().program("llama-simple");
-        auto model = tiny_model("llama3.2-1b");
-        execl(profinfer_bin().c_str(), "profinfer", "record", "--level", "op", "-o", (d / "run.db").c_str(), "--",
-              prog.c_str(), "-m", model.c_str(), "-n", "1500", "Hello", nullptr);
-        _exit(127);
-    }
+    pid_t pid = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--",
+                       llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "1500", "Hello"});
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     kill(pid, SIGTERM);
     int st = 0;

@@ -84,6 +84,14 @@ void expect_calls_match_dump(const Recording& rec, int n_calls, int n_threads) {
     }
 }
 
+// 16 calls of the tiny llama at 2 threads through llama_graph_dump, at --level op.
+Recording record_graph_dump(const TempDir& d, const fs::path& program) {
+    auto rec = record(d, {"--level", "op"}, {program, tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
+    EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    return rec;
+}
+
 }  // namespace
 
 // Every node llama.cpp computes is recorded once per thread, no more, no less, with its
@@ -91,9 +99,7 @@ void expect_calls_match_dump(const Recording& rec, int n_calls, int n_threads) {
 TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto rec = record(d, {"--level", "op"}, {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
-    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
-    EXPECT_EQ(lost(rec.db), 0);
+    auto rec = record_graph_dump(d, graph_dump_bin());
     auto s = RunSummary::load(rec.db);
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);
@@ -106,9 +112,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
 TEST(RecordOps, EveryComputedNodeOncePerThreadReleaseLibraries) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto rec = record(d, {"--level", "op"}, {graph_dump_release_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
-    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
-    EXPECT_EQ(lost(rec.db), 0);
+    auto rec = record_graph_dump(d, graph_dump_release_bin());
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
     EXPECT_NE(meta["struct_layout"].find("built-in"), std::string::npos) << meta["struct_layout"];
@@ -243,15 +247,7 @@ TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {
 TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    pid_t target = fork();
-    if (target == 0) {
-        freopen("/dev/null", "w", stdout);
-        freopen("/dev/null", "w", stderr);
-        auto prog = llama_debug().program("llama-simple");
-        auto model = tiny_model("llama3.2-1b");
-        execl(prog.c_str(), "llama-simple", "-m", model.c_str(), "-n", "800", "Hello", nullptr);
-        _exit(127);
-    }
+    pid_t target = spawn({llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "800", "Hello"});
     usleep(700 * 1000);  // loading and the prompt are done; decoding is under way
     auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     int st = 0;
@@ -263,4 +259,30 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     EXPECT_GT(s.decode_calls, 50);
     EXPECT_GT(s.operators, 1000);
     EXPECT_EQ(lost(d / "run.db"), 0);
+}
+
+// QoS controller (paper §3.1): below the required decode speed the operator probes go
+// away (and stay away while the untraced speed cannot afford them); token records go on.
+TEST(RecordQos, DetachesOperatorProbesBelowTheRequiredSpeed) {
+    PROFINFER_REQUIRE_BPF();
+    auto run_with = [](const char* min_tps, int64_t* ops_after_detach, int64_t* decode_calls) {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--qos-min-tps", min_tps},
+                          {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "400", "Hello"});
+        EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        *decode_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'");
+        *ops_after_detach = db.scalar(
+            "SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE g.start_ns > "
+            "(SELECT coalesce(min(ts_ns), 1 << 62) FROM qos_events WHERE action = 'detach')");
+        return db.scalar("SELECT count(*) FROM qos_events WHERE action = 'detach'");
+    };
+    int64_t after = -1, decodes = 0;
+    // No machine decodes a million tokens/s: probes are detached after four decode calls.
+    EXPECT_EQ(run_with("1000000", &after, &decodes), 1);
+    EXPECT_EQ(after, 0);
+    EXPECT_EQ(decodes, 399);
+    // Every machine decodes the tiny model faster than 0.01 tokens/s: never detached.
+    EXPECT_EQ(run_with("0.01", &after, &decodes), 0);
+    EXPECT_EQ(decodes, 399);
 }

@@ -22,6 +22,26 @@ std::string slurp(const fs::path& p) {
 }
 }  // namespace
 
+namespace {
+[[noreturn]] void exec_argv(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+}
+}  // namespace
+
+pid_t spawn(const std::vector<std::string>& argv) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = ::open("/dev/null", O_RDWR);
+        dup2(devnull, 0), dup2(devnull, 1), dup2(devnull, 2);
+        exec_argv(argv);
+    }
+    return pid;
+}
+
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
     TempDir io;
     const fs::path out = io / "out", err = io / "err";
@@ -33,11 +53,7 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
         int devnull = ::open("/dev/null", O_RDONLY);
         dup2(devnull, 0);
         for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        execvp(args[0], args.data());
-        _exit(127);
+        exec_argv(argv);
     }
     int st = 0;
     waitpid(pid, &st, 0);

@@ -3,6 +3,8 @@
 // tiny synthetic model, and the rule for tests that need root/eBPF.
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <map>
 #include <string>
@@ -19,6 +21,9 @@ struct RunResult {
 
 // Runs ARGV (argv[0] looked up in PATH) with extra environment ENV; waits for it.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+
+// Starts ARGV with output discarded and returns its pid, without waiting.
+pid_t spawn(const std::vector<std::string>& argv);
 
 // The profinfer binary under test.
 std::filesystem::path profinfer_bin();

@@ -448,7 +448,7 @@ private:
             auto* t = static_cast<const pi_token_event*>(data);
             if (t->n_tokens == 1) {
                 auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, ops_attached_);
-                if (action != QosController::Action::None) qos_pending_ = {action, t->end_ns};
+                if (action != QosController::Action::None) qos_pending_ = action;
             }
         }
         return 0;
@@ -456,11 +456,14 @@ private:
 
     void apply_qos() {
         if (!qos_pending_) return;
-        auto [action, ts] = *qos_pending_;
+        auto action = *qos_pending_;
         qos_pending_.reset();
         set_ops_attached(action == QosController::Action::Attach);
+        timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);  // the clock of bpf_ktime_get_ns: when it took effect
+        const int64_t ts = int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
         store::Statement st(db_.handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
-        st.bind(1, int64_t(ts)).bind(2, std::string(action == QosController::Action::Attach ? "attach" : "detach"));
+        st.bind(1, ts).bind(2, std::string(action == QosController::Action::Attach ? "attach" : "detach"));
         st.bind(3, qos_.tps()).run();
     }
 
@@ -569,7 +572,7 @@ private:
     size_t dwarf_libs_used_ = 0;
     std::vector<std::string> fatal_;
     std::string consumer_error_;
-    std::optional<std::pair<QosController::Action, uint64_t>> qos_pending_;
+    std::optional<QosController::Action> qos_pending_;
     int interrupted_by_ = 0;
     bool library_changed_ = false;
     bool ops_attached_ = true;
