@@ -18,7 +18,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
     cmd->add_option("--level", *level,
                     "token: llama_decode calls; graph: + backend graphs; op: + every graph node on every thread; "
-                    "full: + scheduler events, counters, MoE expert ids")
+                    "full: + each thread's compute/wait split, scheduler events, counters, MoE expert ids")
         ->capture_default_str();
     cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
     cmd->add_option("--board", opts->board, "Board profile name stored with the run")->capture_default_str();

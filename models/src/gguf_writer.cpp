@@ -3,16 +3,29 @@
 #include <cstring>
 
 #include "profinfer/error.h"
+#include "profinfer/ggml_types.h"
 
 namespace profinfer::gguf {
 
 namespace {
 
-constexpr TypeTraits kTypes[] = {
-    {TensorType::F32, "f32", 1, 4, 0},   {TensorType::F16, "f16", 1, 2, 1},
-    {TensorType::Q4_0, "q4_0", 32, 18, 2}, {TensorType::Q4_1, "q4_1", 32, 20, 3},
-    {TensorType::Q8_0, "q8_0", 32, 34, 7}, {TensorType::BF16, "bf16", 1, 2, 32},
+// The types the synthesiser writes, with llama.cpp's general.file_type for each.
+constexpr std::pair<TensorType, uint32_t> kWritable[] = {
+    {TensorType::F32, 0}, {TensorType::F16, 1}, {TensorType::Q4_0, 2},
+    {TensorType::Q4_1, 3}, {TensorType::Q8_0, 7}, {TensorType::BF16, 32},
 };
+
+const std::vector<TypeTraits>& writable_types() {
+    static const std::vector<TypeTraits> v = [] {
+        std::vector<TypeTraits> out;
+        for (auto [t, ftype] : kWritable) {
+            const GgmlType* g = ggml_type(static_cast<uint32_t>(t));
+            out.push_back({t, g->name, g->block_elems, g->block_bytes, ftype});
+        }
+        return out;
+    }();
+    return v;
+}
 
 // GGUF metadata value types.
 enum : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
@@ -56,14 +69,14 @@ private:
 }  // namespace
 
 const TypeTraits& traits(TensorType t) {
-    for (const auto& tt : kTypes)
+    for (const auto& tt : writable_types())
         if (tt.type == t) return tt;
     throw Error("unsupported tensor type " + std::to_string(static_cast<uint32_t>(t)));
 }
 
 TensorType parse_type(const std::string& name) {
     std::string names;
-    for (const auto& tt : kTypes) {
+    for (const auto& tt : writable_types()) {
         if (name == tt.name) return tt.type;
         names += names.empty() ? "" : ", ", names += tt.name;
     }

@@ -16,6 +16,7 @@ struct TypeTraits {
     uint32_t block_bytes;  // bytes per block
     uint32_t llama_ftype;  // general.file_type of a model whose matrices have this type
 };
+// Block geometry from profinfer::ggml_type, plus the file type llama.cpp expects.
 const TypeTraits& traits(TensorType t);
 // "f16", "q4_0", ...; throws profinfer::Error listing the accepted names.
 TensorType parse_type(const std::string& name);

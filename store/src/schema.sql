@@ -80,11 +80,13 @@ CREATE TABLE nodes (
   flags     INTEGER NOT NULL
 );
 CREATE INDEX nodes_graph ON nodes(graph_seq, tensor);
--- The sources of each node: slot 0.. in src[] order; type and shape for the first three.
+-- The sources of each node: slot 0.. in src[] order; for the first three also the type,
+-- shape and, for views (which no kernel computes), the base tensor they look into.
 CREATE TABLE node_srcs (
   node_id INTEGER NOT NULL REFERENCES nodes(id),
   slot    INTEGER NOT NULL,
   tensor  INTEGER NOT NULL,
+  view_src INTEGER,
   type    INTEGER,
   op_code INTEGER,
   ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,

@@ -343,6 +343,7 @@ static __always_inline void read_shape(struct pi_tensor_shape *s, const void *t)
 	bpf_probe_read_user(&s->ne, sizeof(s->ne), t + layout.tensor_ne);
 	bpf_probe_read_user(&s->type, sizeof(s->type), t + layout.tensor_type);
 	bpf_probe_read_user(&s->op, sizeof(s->op), t + layout.tensor_op);
+	bpf_probe_read_user(&s->view_src, sizeof(s->view_src), t + layout.tensor_view_src);
 }
 
 static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *node, const void *ids)

@@ -61,14 +61,17 @@ extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 enum class OpStrategy { None, ComputeForward, NodeHooks };
 const char* to_string(OpStrategy s) {
     switch (s) {
-        case OpStrategy::ComputeForward: return "ggml_compute_forward + ggml_barrier";
-        case OpStrategy::NodeHooks: return "ggml_cpu_extra_compute_forward + ggml_compute_forward_rms_norm_mul_fused + ggml_barrier";
+        case OpStrategy::ComputeForward: return "ggml_compute_forward";
+        case OpStrategy::NodeHooks: return "ggml_cpu_extra_compute_forward + ggml_compute_forward_rms_norm_mul_fused";
         case OpStrategy::None: return "none";
     }
     return "?";
 }
 
-enum class Group { Token, Graph, Op };
+// Op: one probe hit per node and thread. Wait adds ggml_barrier, another hit or more per
+// node and thread, for the compute/wait split (paper Fig. 6): the costliest probe, so it
+// comes with --level full only.
+enum class Group { Token, Graph, Op, Wait };
 
 // One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL.
 struct Probe {
@@ -93,15 +96,24 @@ const Probe kProbes[] = {
     {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,
      OpStrategy::NodeHooks},
     {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
-    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Op, true},
+    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true},
 };
 #undef PROG
 
-Group max_group(TraceLevel l) { return l == TraceLevel::Token ? Group::Token : l == TraceLevel::Graph ? Group::Graph : Group::Op; }
+Group max_group(TraceLevel l) {
+    switch (l) {
+        case TraceLevel::Token: return Group::Token;
+        case TraceLevel::Graph: return Group::Graph;
+        case TraceLevel::Op: return Group::Op;
+        case TraceLevel::Full: return Group::Wait;
+    }
+    return Group::Token;
+}
+bool is_op_group(Group g) { return g == Group::Op || g == Group::Wait; }
 
 OpStrategy choose_strategy(const ElfSymbols& elf) {
-    if (elf.has_function("ggml_compute_forward") && elf.has_function("ggml_barrier")) return OpStrategy::ComputeForward;
-    if (elf.has_function("ggml_cpu_extra_compute_forward") && elf.has_function("ggml_barrier")) return OpStrategy::NodeHooks;
+    if (elf.has_function("ggml_compute_forward")) return OpStrategy::ComputeForward;
+    if (elf.has_function("ggml_cpu_extra_compute_forward")) return OpStrategy::NodeHooks;
     return OpStrategy::None;
 }
 
@@ -373,18 +385,18 @@ private:
         for (const auto& lib : fresh) {
             const auto& sym = *elf[lib.path];
             OpStrategy strategy = OpStrategy::None;
-            if (lib.role == LibRole::GgmlCpu && max_group(opts_.level) == Group::Op) {
+            if (lib.role == LibRole::GgmlCpu && is_op_group(max_group(opts_.level))) {
                 strategy = choose_strategy(sym);
                 set_meta("op_strategy", to_string(strategy));
                 if (strategy == OpStrategy::None)
                     fatal_.push_back(lib.path.filename().string() +
-                                     " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward and "
-                                     "ggml_barrier: is it stripped? use a build with symbols, or --level graph");
+                                     " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward: is it "
+                                     "stripped? use a build with symbols, or --level graph");
             }
             for (const auto& p : kProbes) {
                 if (p.role != lib.role || p.group > max_group(opts_.level)) continue;
                 if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-                if (p.group == Group::Op && strategy == OpStrategy::None) continue;
+                if (is_op_group(p.group) && strategy == OpStrategy::None) continue;
                 const char* kind = p.retprobe ? "uretprobe" : "uprobe";
                 if (!sym.has_function(p.symbol)) {
                     std::string why = lib.path.filename().string() + " has no symbol " + p.symbol +
@@ -393,7 +405,7 @@ private:
                     if (p.required) fatal_.push_back(why);
                     continue;
                 }
-                if (p.group == Group::Op && !ops_attached_) continue;  // QoS has them off: attach later
+                if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
                 bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe);
                 record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
                 if (!l) {
@@ -413,7 +425,7 @@ private:
         skel_->data->ops_enabled = on;
         if (!on) {
             auto it = std::remove_if(attached_.begin(), attached_.end(), [](const Attached& a) {
-                if (!a.probe || a.probe->group != Group::Op) return false;
+                if (!a.probe || !is_op_group(a.probe->group)) return false;
                 bpf_link__destroy(a.link);
                 return true;
             });
@@ -421,7 +433,7 @@ private:
         } else {
             for (const auto& [lib, strategy] : op_libs_)
                 for (const auto& p : kProbes) {
-                    if (p.group != Group::Op || p.role != LibRole::GgmlCpu) continue;
+                    if (!is_op_group(p.group) || p.group > max_group(opts_.level) || p.role != LibRole::GgmlCpu) continue;
                     if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
                     if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe))
                         attached_.push_back({l, &p, lib});

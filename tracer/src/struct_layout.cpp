@@ -131,6 +131,7 @@ GgmlLayout GgmlLayout::builtin() {
     o.tensor_op_params = 84;
     o.tensor_flags = 148;
     o.tensor_src = 152;
+    o.tensor_view_src = 232;
     o.tensor_data = 248;
     o.tensor_name = 256;
     o.params_ith = 0;
@@ -168,6 +169,7 @@ GgmlLayout GgmlLayout::from_dwarf(const std::vector<fs::path>& libraries) {
     o.tensor_flags = member(s, "ggml_tensor", "flags");
     o.tensor_src = member(s, "ggml_tensor", "src");
     o.tensor_data = member(s, "ggml_tensor", "data");
+    o.tensor_view_src = member(s, "ggml_tensor", "view_src");
     o.tensor_name = member(s, "ggml_tensor", "name");
     o.params_ith = member(s, "ggml_compute_params", "ith");
     o.params_nth = member(s, "ggml_compute_params", "nth");

@@ -20,8 +20,8 @@ struct TraceWriter::Statements {
                "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags) "
                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"),
           node_src(db,
-                   "INSERT INTO node_srcs(node_id, slot, tensor, type, op_code, ne0, ne1, ne2, ne3) "
-                   "VALUES (?,?,?,?,?,?,?,?,?)"),
+                   "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?)"),
           expert(db, "INSERT INTO experts(graph_seq, tensor, name, layer, token, slot, expert) VALUES (?,?,?,?,?,?,?)"),
           sw(db,
              "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
@@ -152,10 +152,11 @@ void TraceWriter::write(const void* data, size_t size) {
                 q.bind(1, node_id).bind(2, int64_t{i}).bind(3, i64(e->src[i]));
                 if (i < PI_DETAIL_SRC) {
                     const auto& sh = e->src_shape[i];
-                    q.bind(4, int64_t{sh.type}).bind(5, int64_t{sh.op});
-                    for (int d = 0; d < 4; ++d) q.bind(6 + d, int64_t{sh.ne[d]});
+                    sh.view_src ? q.bind(4, i64(sh.view_src)) : q.bind_null(4);
+                    q.bind(5, int64_t{sh.type}).bind(6, int64_t{sh.op});
+                    for (int d = 0; d < 4; ++d) q.bind(7 + d, int64_t{sh.ne[d]});
                 } else {
-                    for (int c = 4; c <= 9; ++c) q.bind_null(c);
+                    for (int c = 4; c <= 10; ++c) q.bind_null(c);
                 }
                 q.run();
             }

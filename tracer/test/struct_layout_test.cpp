@@ -21,6 +21,7 @@ TEST(StructLayout, BuiltinTableMatchesTheDebugBuildsDwarf) {
     EXPECT_EQ(a.tensor_flags, b.tensor_flags);
     EXPECT_EQ(a.tensor_src, b.tensor_src);
     EXPECT_EQ(a.tensor_data, b.tensor_data);
+    EXPECT_EQ(a.tensor_view_src, b.tensor_view_src);
     EXPECT_EQ(a.tensor_name, b.tensor_name);
     EXPECT_EQ(a.params_ith, b.params_ith);
     EXPECT_EQ(a.params_nth, b.params_nth);

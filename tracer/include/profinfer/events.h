@@ -80,6 +80,7 @@ struct pi_op_event {
 
 struct pi_tensor_shape {
 	__u64 addr;
+	__u64 view_src; /* the tensor a view looks into (ggml keeps it pointing at the base) */
 	__s64 ne[4];
 	__u32 type;
 	__u32 op;
@@ -133,13 +134,12 @@ struct pi_wakeup_event {
  * built-in table for the pinned llama.cpp). Set by user space before load. */
 struct pi_layout {
 	__u32 tensor_type, tensor_ne, tensor_op, tensor_op_params, tensor_flags;
-	__u32 tensor_src, tensor_data, tensor_name, tensor_nb;
+	__u32 tensor_src, tensor_data, tensor_name, tensor_nb, tensor_view_src;
 	__u32 params_ith, params_nth;
 	__u32 cgraph_n_nodes;
 	__u32 backend_guid;
 	__u32 batch_n_tokens;
 	__u32 op_mul_mat_id; /* value of GGML_OP_MUL_MAT_ID */
-	__u32 reserved;
 };
 
 #endif

@@ -1,0 +1,75 @@
+#pragma once
+// The operator graph of one llama_decode call as recorded in a trace store: nodes in
+// execution order with their per-thread records, sources, counters and bytes moved.
+// Every view (DAG, statistics, roofline) reads the store through this.
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "profinfer/store.h"
+
+namespace profinfer {
+
+constexpr int kCounterSlots = 6;
+using CounterValues = std::array<std::optional<int64_t>, kCounterSlots>;
+
+struct ThreadPart {
+    int ith = 0, nth = 0;
+    int64_t tid = 0, start_ns = 0, compute_end_ns = 0, end_ns = 0;
+    int start_cpu = 0, end_cpu = 0;
+    CounterValues counters;
+};
+
+struct SourceRef {
+    uint64_t tensor = 0, view_src = 0;
+    int type = -1;  // -1 when not recorded (slots past the third)
+    std::array<int64_t, 4> ne{};
+};
+
+struct Node {
+    int index = 0;  // execution order within the call
+    int64_t graph_seq = 0;
+    uint64_t tensor = 0;
+    std::string name, op;
+    int type = 0;
+    std::array<int64_t, 4> ne{};
+    std::vector<SourceRef> srcs;
+    std::vector<ThreadPart> threads;  // empty for the second node of a fused kernel
+    int fused_with = -1;              // index of the partner node of a fused kernel
+    int layer = -1;                   // from the name's "-N" suffix
+
+    int64_t start_ns() const;        // first thread's start
+    int64_t compute_end_ns() const;  // last thread's compute end
+    double time_ms() const { return threads.empty() ? 0.0 : (compute_end_ns() - start_ns()) / 1e6; }
+    uint64_t bytes() const;          // sources (with known shape) plus destination
+    std::optional<int64_t> counter(int slot) const;  // summed over threads; empty if any is unknown
+};
+
+struct DecodeCall {
+    int index = 0;
+    std::string phase;
+    int64_t n_tokens = 0, start_ns = 0, end_ns = 0;
+};
+
+class TraceGraphs {
+public:
+    explicit TraceGraphs(const std::filesystem::path& db);
+    const std::vector<DecodeCall>& calls() const { return calls_; }
+    // The middle decode call (the paper's "target decode iteration"), or the last call.
+    int default_call() const;
+    std::vector<Node> nodes(int call) const;
+    std::vector<std::string> counter_names() const;  // by slot; "" where unused
+    store::Database& db() { return db_; }
+
+private:
+    mutable store::Database db_;
+    std::vector<DecodeCall> calls_;
+};
+
+// "ffn_moe_up-12" → 12, "norm" → -1
+int layer_of(const std::string& name);
+
+}  // namespace profinfer

@@ -1,0 +1,144 @@
+#include "profinfer/trace_graph.h"
+
+#include <algorithm>
+#include <map>
+
+#include "profinfer/error.h"
+#include "profinfer/ggml_types.h"
+
+namespace profinfer {
+
+int layer_of(const std::string& name) {
+    auto dash = name.rfind('-');
+    if (dash == std::string::npos || dash + 1 >= name.size()) return -1;
+    for (size_t i = dash + 1; i < name.size(); ++i)
+        if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    return std::stoi(name.substr(dash + 1));
+}
+
+int64_t Node::start_ns() const {
+    int64_t s = INT64_MAX;
+    for (const auto& t : threads) s = std::min(s, t.start_ns);
+    return threads.empty() ? 0 : s;
+}
+
+int64_t Node::compute_end_ns() const {
+    int64_t e = 0;
+    for (const auto& t : threads) e = std::max(e, t.compute_end_ns);
+    return e;
+}
+
+uint64_t Node::bytes() const {
+    auto elems = [](const std::array<int64_t, 4>& ne) { return uint64_t(ne[0] * ne[1] * ne[2] * ne[3]); };
+    uint64_t b = ggml_bytes(type, elems(ne));
+    for (const auto& s : srcs)
+        if (s.type >= 0) b += ggml_bytes(s.type, elems(s.ne));
+    return b;
+}
+
+std::optional<int64_t> Node::counter(int slot) const {
+    if (threads.empty()) return std::nullopt;
+    int64_t sum = 0;
+    for (const auto& t : threads) {
+        if (!t.counters[slot]) return std::nullopt;
+        sum += *t.counters[slot];
+    }
+    return sum;
+}
+
+TraceGraphs::TraceGraphs(const std::filesystem::path& path) : db_(path, store::Database::Mode::ReadOnly) {
+    store::Statement st(db_.handle(), "SELECT phase, n_tokens, start_ns, end_ns FROM tokens ORDER BY start_ns");
+    while (st.step())
+        calls_.push_back({int(calls_.size()), st.column_text(0), st.column_int(1), st.column_int(2), st.column_int(3)});
+}
+
+int TraceGraphs::default_call() const {
+    std::vector<int> decode;
+    for (const auto& c : calls_)
+        if (c.phase == "decode") decode.push_back(c.index);
+    if (!decode.empty()) return decode[decode.size() / 2];
+    if (calls_.empty()) throw Error("the trace has no llama_decode calls");
+    return calls_.back().index;
+}
+
+std::vector<std::string> TraceGraphs::counter_names() const {
+    std::vector<std::string> names(kCounterSlots);
+    store::Statement st(db_.handle(), "SELECT idx, name FROM counters WHERE available = 1 AND idx >= 0");
+    while (st.step())
+        if (st.column_int(0) < kCounterSlots) names[st.column_int(0)] = st.column_text(1);
+    return names;
+}
+
+std::vector<Node> TraceGraphs::nodes(int call) const {
+    if (call < 0 || call >= int(calls_.size()))
+        throw Error("no llama_decode call " + std::to_string(call) + " (the trace has " + std::to_string(calls_.size()) +
+                    ", numbered from 0)");
+    const auto& c = calls_[call];
+    const std::string graphs = "(SELECT seq FROM graphs WHERE api = 'cpu' AND start_ns >= " + std::to_string(c.start_ns) +
+                               " AND end_ns <= " + std::to_string(c.end_ns) + ")";
+    std::vector<Node> nodes;
+    std::map<std::pair<int64_t, uint64_t>, int> index;  // (graph, tensor) → node
+    std::map<int64_t, int> by_id;
+    {
+        store::Statement st(db_.handle(), ("SELECT id, graph_seq, tensor, name, op, type, ne0, ne1, ne2, ne3 FROM nodes "
+                                           "WHERE graph_seq IN " + graphs + " ORDER BY id").c_str());
+        while (st.step()) {
+            Node n;
+            n.index = int(nodes.size());
+            n.graph_seq = st.column_int(1);
+            n.tensor = uint64_t(st.column_int(2));
+            n.name = st.column_text(3);
+            n.op = st.column_text(4);
+            n.type = int(st.column_int(5));
+            for (int d = 0; d < 4; ++d) n.ne[d] = st.column_int(6 + d);
+            n.layer = layer_of(n.name);
+            index[{n.graph_seq, n.tensor}] = n.index;
+            by_id[st.column_int(0)] = n.index;
+            nodes.push_back(std::move(n));
+        }
+    }
+    {
+        store::Statement st(db_.handle(),
+                            ("SELECT node_id, tensor, view_src, type, ne0, ne1, ne2, ne3 FROM node_srcs WHERE node_id IN "
+                             "(SELECT id FROM nodes WHERE graph_seq IN " + graphs + ") ORDER BY node_id, slot").c_str());
+        while (st.step()) {
+            SourceRef s;
+            s.tensor = uint64_t(st.column_int(1));
+            s.view_src = st.column_is_null(2) ? 0 : uint64_t(st.column_int(2));
+            s.type = st.column_is_null(3) ? -1 : int(st.column_int(3));
+            for (int d = 0; d < 4; ++d) s.ne[d] = st.column_int(4 + d);
+            nodes[by_id.at(st.column_int(0))].srcs.push_back(s);
+        }
+    }
+    {
+        store::Statement st(db_.handle(),
+                            ("SELECT graph_seq, tensor, fused_tensor, ith, nth, tid, start_ns, compute_end_ns, end_ns, "
+                             "start_cpu, end_cpu, c0, c1, c2, c3, c4, c5 FROM ops WHERE graph_seq IN " + graphs).c_str());
+        while (st.step()) {
+            auto it = index.find({st.column_int(0), uint64_t(st.column_int(1))});
+            if (it == index.end()) continue;  // node record lost
+            ThreadPart t;
+            t.ith = int(st.column_int(3));
+            t.nth = int(st.column_int(4));
+            t.tid = st.column_int(5);
+            t.start_ns = st.column_int(6);
+            t.compute_end_ns = st.column_int(7);
+            t.end_ns = st.column_int(8);
+            t.start_cpu = int(st.column_int(9));
+            t.end_cpu = int(st.column_int(10));
+            for (int k = 0; k < kCounterSlots; ++k)
+                if (!st.column_is_null(11 + k)) t.counters[k] = st.column_int(11 + k);
+            Node& n = nodes[it->second];
+            n.threads.push_back(t);
+            if (!st.column_is_null(2)) {
+                auto jt = index.find({st.column_int(0), uint64_t(st.column_int(2))});
+                if (jt != index.end()) n.fused_with = jt->second, nodes[jt->second].fused_with = n.index;
+            }
+        }
+    }
+    for (auto& n : nodes)
+        std::sort(n.threads.begin(), n.threads.end(), [](const ThreadPart& a, const ThreadPart& b) { return a.ith < b.ith; });
+    return nodes;
+}
+
+}  // namespace profinfer
