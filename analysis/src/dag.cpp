@@ -20,7 +20,11 @@ Dag Dag::build(TraceGraphs& trace, int call) {
     d.nodes = trace.nodes(call);
     d.counter_names = trace.counter_names();
     std::map<uint64_t, std::vector<int>> producers;  // tensor address → nodes writing it
-    for (const auto& n : d.nodes) producers[n.tensor].push_back(n.index);
+    for (const auto& n : d.nodes) {
+        producers[n.tensor].push_back(n.index);
+        // SET_ROWS into a view of the KV cache produces the cache's contents.
+        if (n.view_src) producers[n.view_src].push_back(n.index);
+    }
     std::set<std::pair<int, int>> edges;
     for (const auto& n : d.nodes) {
         for (const auto& s : n.srcs) {

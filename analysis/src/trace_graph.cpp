@@ -80,7 +80,7 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
     std::map<std::pair<int64_t, uint64_t>, int> index;  // (graph, tensor) → node
     std::map<int64_t, int> by_id;
     {
-        store::Statement st(db_.handle(), ("SELECT id, graph_seq, tensor, name, op, type, ne0, ne1, ne2, ne3 FROM nodes "
+        store::Statement st(db_.handle(), ("SELECT id, graph_seq, tensor, name, op, type, ne0, ne1, ne2, ne3, view_src FROM nodes "
                                            "WHERE graph_seq IN " + graphs + " ORDER BY id").c_str());
         while (st.step()) {
             Node n;
@@ -91,6 +91,7 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
             n.op = st.column_text(4);
             n.type = int(st.column_int(5));
             for (int d = 0; d < 4; ++d) n.ne[d] = st.column_int(6 + d);
+            n.view_src = st.column_is_null(10) ? 0 : uint64_t(st.column_int(10));
             n.layer = layer_of(n.name);
             index[{n.graph_seq, n.tensor}] = n.index;
             by_id[st.column_int(0)] = n.index;

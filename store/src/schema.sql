@@ -75,6 +75,7 @@ CREATE TABLE nodes (
   op        TEXT NOT NULL,      -- ggml op name; UNARY and GLU nodes get their sub-op (TANH, SWIGLU)
   op_code   INTEGER NOT NULL,
   name      TEXT NOT NULL,      -- tensor name, e.g. ffn_out-0
+  view_src  INTEGER,            -- when the node writes into a view (SET_ROWS into the KV cache): its base
   type      INTEGER NOT NULL,   -- ggml_type
   ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,
   flags     INTEGER NOT NULL

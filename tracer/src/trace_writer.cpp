@@ -17,8 +17,8 @@ struct TraceWriter::Statements {
              "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
              "fused_tensor, barriers, c0, c1, c2, c3, c4, c5) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
           node(db,
-               "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags) "
-               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"),
+               "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags, view_src) "
+               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
           node_src(db,
                    "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
@@ -145,7 +145,9 @@ void TraceWriter::write(const void* data, size_t size) {
             s.bind(1, i64(e->graph_seq)).bind(2, i64(e->ts_ns)).bind(3, i64(e->dst.addr)).bind(4, op);
             s.bind(5, int64_t{e->dst.op}).bind(6, name).bind(7, int64_t{e->dst.type});
             for (int d = 0; d < 4; ++d) s.bind(8 + d, int64_t{e->dst.ne[d]});
-            s.bind(12, int64_t{e->flags}).run();
+            s.bind(12, int64_t{e->flags});
+            e->dst.view_src ? s.bind(13, i64(e->dst.view_src)) : s.bind_null(13);
+            s.run();
             const int64_t node_id = sqlite3_last_insert_rowid(db_.handle());
             for (int i = 0; i < PI_MAX_SRC && e->src[i]; ++i) {
                 auto& q = st_->node_src;

@@ -33,6 +33,7 @@ struct Node {
     int index = 0;  // execution order within the call
     int64_t graph_seq = 0;
     uint64_t tensor = 0;
+    uint64_t view_src = 0;  // the base tensor when the node writes into a view
     std::string name, op;
     int type = 0;
     std::array<int64_t, 4> ne{};

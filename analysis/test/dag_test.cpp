@@ -1,0 +1,111 @@
+// ProfDAG on recordings of each tiny architecture by the real tracer.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "profinfer/dag.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+
+// One recording per architecture, shared by the tests of this program.
+fs::path recording(const std::string& card) {
+    static TempDir dir;
+    static std::map<std::string, fs::path> done;
+    if (done.count(card)) return done[card];
+    fs::path db = dir / (card + ".db");
+    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", db, "--", llama_debug().program("llama-simple"), "-m",
+                  tiny_model(card), "-n", "8", "Hello world"});
+    if (r.status != 0) throw std::runtime_error("recording failed: " + r.err);
+    return done[card] = db;
+}
+
+const Node* find(const Dag& d, const std::string& op, const std::string& name) {
+    for (const auto& n : d.nodes)
+        if (n.op == op && n.name == name) return &n;
+    return nullptr;
+}
+
+bool edge(const Dag& d, const Node* a, const Node* b) {
+    if (!a || !b) return false;
+    for (auto [x, y] : d.edges)
+        if (x == a->index && y == b->index) return true;
+    return false;
+}
+
+class DagOf : public ::testing::TestWithParam<const char*> {};
+
+}  // namespace
+
+TEST_P(DagOf, IsAcyclicWithOneProducerPerSource) {
+    PROFINFER_REQUIRE_BPF();
+    TraceGraphs trace(recording(GetParam()));
+    Dag d = Dag::build(trace, trace.default_call());
+    ASSERT_GT(d.nodes.size(), 30u);
+    EXPECT_TRUE(d.acyclic());
+    EXPECT_EQ(d.ambiguous_sources(), 0);
+    // Every node but the input embedding lookup consumes some other operator's output.
+    int roots = 0;
+    std::vector<int> indeg(d.nodes.size());
+    for (auto [a, b] : d.edges) ++indeg[b];
+    for (size_t i = 0; i < d.nodes.size(); ++i) roots += indeg[i] == 0 && d.nodes[i].op != "GET_ROWS";
+    EXPECT_EQ(roots, 0);
+    // Times are positive where a kernel ran; the fused partner carries none of its own.
+    for (const auto& n : d.nodes) {
+        if (n.threads.empty())
+            EXPECT_GE(n.fused_with, 0) << n.name;
+        else
+            EXPECT_GT(n.time_ms(), 0) << n.name;
+    }
+    // The layer/block filter keeps a connected slice of one layer.
+    Dag attn = d.filtered(1, "attn");
+    ASSERT_GT(attn.nodes.size(), 5u);
+    for (const auto& n : attn.nodes) EXPECT_TRUE(n.layer == 1 || n.layer == -1) << n.name;
+    EXPECT_FALSE(attn.edges.empty());
+}
+
+TEST(Dag, Qwen2HasBiasAddsAfterTheQkvMatmuls) {
+    PROFINFER_REQUIRE_BPF();
+    TraceGraphs trace(recording("qwen2.5-1.5b"));
+    Dag d = Dag::build(trace, trace.default_call());
+    for (const char* t : {"Qcur-0", "Kcur-0", "Vcur-0"}) {
+        SCOPED_TRACE(t);
+        EXPECT_TRUE(edge(d, find(d, "MUL_MAT", t), find(d, "ADD", t)));
+    }
+    TraceGraphs llama(recording("llama3.2-1b"));
+    Dag l = Dag::build(llama, llama.default_call());
+    EXPECT_EQ(find(l, "ADD", "Qcur-0"), nullptr);
+    EXPECT_NE(find(l, "MUL_MAT", "Qcur-0"), nullptr);
+}
+
+TEST(Dag, WritesDotJsonAndSvg) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    for (const char* out : {"a.dot", "a.json", "a.svg"}) {
+        auto r = run({profinfer_bin(), "dag", recording("gemma2-2b"), "--layer", "0", "--block", "ffn", "--color",
+                      "bandwidth", "-o", d / out});
+        EXPECT_EQ(r.status, 0) << r.err;
+        EXPECT_GT(fs::file_size(d / out), 200u) << out;
+    }
+    auto j = nlohmann::json::parse(std::ifstream(d / "a.json"));
+    bool post_norm = false;
+    for (const auto& n : j["nodes"]) post_norm |= n["name"] == "ffn_post_norm";
+    EXPECT_TRUE(post_norm);  // gemma2's extra norm is in its FFN block
+    auto bad = run({profinfer_bin(), "dag", recording("gemma2-2b"), "-o", d / "a.png"});
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.err.find(".dot, .svg or .json"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DagOf,
+                         ::testing::Values("llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "qwen1.5-moe-a2.7b"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (auto& c : n)
+                                 if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                             return n;
+                         });
