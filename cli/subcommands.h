@@ -10,4 +10,5 @@ void add_info(CLI::App& app, std::function<int()>& action);
 void add_model(CLI::App& app, std::function<int()>& action);
 void add_dag(CLI::App& app, std::function<int()>& action);
 void add_timeline(CLI::App& app, std::function<int()>& action);
+void add_stat(CLI::App& app, std::function<int()>& action);
 }  // namespace profinfer::cli

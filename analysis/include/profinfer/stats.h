@@ -1,0 +1,24 @@
+#pragma once
+// ProfStat (paper §4.3): tables over a recording — per op type, per operator name, per
+// llama_decode call, per thread (compute vs wait, paper Fig. 6) and per expert (MoE
+// activations and reuse distance, Fig. 13).
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+struct Table {
+    std::vector<std::string> columns;
+    std::vector<std::vector<nlohmann::json>> rows;  // numbers or strings
+
+    std::string to_text() const;  // aligned columns
+    std::string to_csv() const;
+    nlohmann::json to_json() const;  // array of objects keyed by column
+};
+
+// BY: op-type, op, token, thread, expert. Throws profinfer::Error for another.
+Table stats_table(const std::filesystem::path& db, const std::string& by);
+
+}  // namespace profinfer
