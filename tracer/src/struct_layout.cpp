@@ -56,33 +56,35 @@ public:
     std::map<std::string, Enumerators> enums_;
 
 private:
+    // Calls F(name, die) for each named child of DIE with tag TAG.
+    template <class F>
+    static void for_each_child(Dwarf_Die* die, int tag, F f) {
+        Dwarf_Die child;
+        if (dwarf_child(die, &child) != 0) return;
+        do {
+            const char* n = dwarf_diename(&child);
+            if (n && dwarf_tag(&child) == tag) f(n, &child);
+        } while (dwarf_siblingof(&child, &child) == 0);
+    }
+
     void visit(Dwarf_Die* die) {
         const char* name = dwarf_diename(die);
         if (!name) return;
         int tag = dwarf_tag(die);
+        Dwarf_Attribute a;
         if (tag == DW_TAG_structure_type && want_structs_.count(name) && !structs_.count(name) &&
             !dwarf_hasattr(die, DW_AT_declaration)) {
-            Members m;
-            Dwarf_Die child;
-            if (dwarf_child(die, &child) == 0) do {
-                    Dwarf_Attribute a;
-                    Dwarf_Word v;
-                    const char* mn = dwarf_diename(&child);
-                    if (dwarf_tag(&child) == DW_TAG_member && mn &&
-                        dwarf_attr(&child, DW_AT_data_member_location, &a) && dwarf_formudata(&a, &v) == 0)
-                        m[mn] = v;
-                } while (dwarf_siblingof(&child, &child) == 0);
-            structs_[name] = m;
+            Members& m = structs_[name];
+            for_each_child(die, DW_TAG_member, [&](const char* n, Dwarf_Die* c) {
+                Dwarf_Word v;
+                if (dwarf_attr(c, DW_AT_data_member_location, &a) && dwarf_formudata(&a, &v) == 0) m[n] = v;
+            });
         } else if (tag == DW_TAG_enumeration_type && want_enums_.count(name) && !enums_.count(name)) {
-            Enumerators e;
-            Dwarf_Die child;
-            if (dwarf_child(die, &child) == 0) do {
-                    Dwarf_Attribute a;
-                    Dwarf_Sword v;
-                    const char* en = dwarf_diename(&child);
-                    if (en && dwarf_attr(&child, DW_AT_const_value, &a) && dwarf_formsdata(&a, &v) == 0) e[en] = v;
-                } while (dwarf_siblingof(&child, &child) == 0);
-            enums_[name] = e;
+            Enumerators& e = enums_[name];
+            for_each_child(die, DW_TAG_enumerator, [&](const char* n, Dwarf_Die* c) {
+                Dwarf_Sword v;
+                if (dwarf_attr(c, DW_AT_const_value, &a) && dwarf_formsdata(&a, &v) == 0) e[n] = v;
+            });
         }
     }
     std::set<std::string> want_structs_, want_enums_;
