@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     profinfer::cli::add_dag(app, action);
     profinfer::cli::add_timeline(app, action);
     profinfer::cli::add_stat(app, action);
+    profinfer::cli::add_bench_machine(app, action);
     profinfer::cli::add_model(app, action);
 
     try {

@@ -1,0 +1,27 @@
+#pragma once
+// The roofline verdict the paper asks for but never computes: per operator, its
+// arithmetic intensity (FLOPs per byte moved, from shapes and types), the roof this
+// machine offers at that intensity (min(peak FLOP rate, bandwidth × intensity), from
+// `profinfer bench-machine`) and how close the operator came to it.
+#include <filesystem>
+#include <string>
+
+#include "profinfer/machine_bench.h"
+#include "profinfer/stats.h"
+#include "profinfer/trace_graph.h"
+
+namespace profinfer {
+
+// FLOPs of one node from its op and shapes (multiply-add = 2).
+double node_flops(const Node& n);
+
+// Below this share of its roof an operator is limited by neither memory nor compute but
+// by fixed costs: thread synchronisation, scheduling, dispatch.
+constexpr double kOverheadShare = 0.10;
+
+// Per operator name and op over the decode calls: mean time, FLOPs, bytes, intensity,
+// achieved GFLOP/s and GB/s, roof, % of roof and the verdict (memory-bound,
+// compute-bound, overhead-dominated).
+Table roofline_table(const std::filesystem::path& db, const MachineBench& machine);
+
+}  // namespace profinfer

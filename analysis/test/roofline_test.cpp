@@ -1,0 +1,85 @@
+// Roofline verdicts from a real recording against machines with known roofs.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "profinfer/dag.h"
+#include "profinfer/roofline.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+fs::path recording() {
+    static TempDir dir;
+    static fs::path db;
+    if (db.empty()) {
+        auto r = run({profinfer_bin(), "record", "--level", "op", "-o", dir / "r.db", "--",
+                      llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"});
+        if (r.status != 0) throw std::runtime_error(r.err);
+        db = dir / "r.db";
+    }
+    return db;
+}
+MachineBench machine(double gbs, double gflops) {
+    MachineBench m;
+    m.roofs = {{1, gbs, gflops}, {64, gbs, gflops}};
+    return m;
+}
+std::set<std::string> verdicts(const Table& t, const char* op = nullptr) {
+    std::set<std::string> v;
+    for (const auto& r : t.rows)
+        if (!op || r[1] == op) v.insert(r.back().get<std::string>());
+    return v;
+}
+}  // namespace
+
+TEST(Roofline, MatMulFlopsFromShapes) {
+    PROFINFER_REQUIRE_BPF();
+    TraceGraphs trace(recording());
+    int checked = 0;
+    for (const auto& n : trace.nodes(trace.default_call()))
+        if (n.op == "MUL_MAT") {
+            // dst [M, N]: 2·K·M·N with K the shared dimension of src0 [K, M] and src1 [K, N]
+            ASSERT_GE(n.srcs.size(), 2u);
+            EXPECT_EQ(n.srcs[0].ne[0], n.srcs[1].ne[0]) << n.name;
+            EXPECT_DOUBLE_EQ(node_flops(n), 2.0 * n.srcs[0].ne[0] * n.srcs[0].ne[1] * n.srcs[1].ne[1] * n.srcs[1].ne[2]) << n.name;
+            EXPECT_GT(n.bytes(), 0u);
+            ++checked;
+        }
+    EXPECT_GE(checked, 7);  // per layer: q, k, v, out, gate, up, down; plus the output head
+}
+
+TEST(Roofline, VerdictsFollowTheMachine) {
+    PROFINFER_REQUIRE_BPF();
+    // Roofs no operator can approach: everything is overhead.
+    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e9, 1e9))), std::set<std::string>{"overhead-dominated"});
+    // Tiny bandwidth, huge peak: anything that moves data is memory-bound.
+    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e-6, 1e6)), "MUL_MAT"), std::set<std::string>{"memory-bound"});
+    // Huge bandwidth, tiny peak: arithmetic is the limit.
+    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e6, 1e-6)), "MUL_MAT"), std::set<std::string>{"compute-bound"});
+}
+
+TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto b = run({profinfer_bin(), "bench-machine", "--quick", "--threads", "1", "-o", d / "m.json"});
+    ASSERT_EQ(b.status, 0) << b.err;
+    auto m = MachineBench::load(d / "m.json");
+    ASSERT_EQ(m.roofs.size(), 1u);
+    EXPECT_GT(m.roofs[0].triad_gbs, 0.5);
+    EXPECT_GT(m.roofs[0].peak_gflops, 0.5);
+    auto s = run({profinfer_bin(), "stat", recording(), "--by", "roofline", "--machine", d / "m.json", "--format", "json"});
+    ASSERT_EQ(s.status, 0) << s.err;
+    auto j = nlohmann::json::parse(s.out);
+    ASSERT_FALSE(j.empty());
+    for (const auto& r : j) {
+        const std::string v = r["verdict"];
+        EXPECT_TRUE(v == "memory-bound" || v == "compute-bound" || v == "overhead-dominated") << v;
+    }
+    auto missing = run({profinfer_bin(), "stat", recording(), "--by", "roofline", "--machine", d / "none.json"});
+    EXPECT_NE(missing.status, 0);
+    EXPECT_NE(missing.err.find("bench-machine"), std::string::npos) << missing.err;
+}
