@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     profinfer::cli::add_timeline(app, action);
     profinfer::cli::add_stat(app, action);
     profinfer::cli::add_bench_machine(app, action);
+    profinfer::cli::add_report(app, action);
     profinfer::cli::add_model(app, action);
 
     try {

@@ -12,4 +12,5 @@ void add_dag(CLI::App& app, std::function<int()>& action);
 void add_timeline(CLI::App& app, std::function<int()>& action);
 void add_stat(CLI::App& app, std::function<int()>& action);
 void add_bench_machine(CLI::App& app, std::function<int()>& action);
+void add_report(CLI::App& app, std::function<int()>& action);
 }  // namespace profinfer::cli

@@ -1,0 +1,140 @@
+#include "profinfer/figures.h"
+
+#include <cmath>
+#include <fstream>
+#include <gnuplot-iostream.h>
+#include <tuple>
+
+#include "profinfer/error.h"
+#include "profinfer/roofline.h"
+#include "profinfer/stats.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+namespace {
+
+double num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; }
+
+// Renders SCRIPT (gnuplot commands after the terminal/output lines) with DATA blocks
+// as PNG and SVG.
+class Plotter {
+public:
+    explicit Plotter(fs::path dir) : dir_(std::move(dir)) { fs::create_directories(dir_); }
+
+    template <class Body>
+    Figure draw(const std::string& id, const std::string& title, Body body) {
+        Figure f{id, title, dir_ / (id + ".png"), dir_ / (id + ".svg")};
+        for (auto [term, out] : {std::pair{"pngcairo size 900,500 font 'DejaVu Sans,10'", f.png},
+                                 std::pair{"svg size 900,500 dynamic font 'DejaVu Sans,10'", f.svg}}) {
+            Gnuplot gp("gnuplot 2>/dev/null");
+            gp << "set terminal " << term << "\n";
+            gp << "set output '" << out.string() << "'\n";
+            gp << "set termoption noenhanced\nset title '" << title << "'\nset grid\nset key outside right top\n";
+            body(gp);
+            gp << "unset output\n";
+            gp.flush();
+        }
+        return f;
+    }
+
+private:
+    fs::path dir_;
+};
+
+}  // namespace
+
+std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const MachineBench* machine) {
+    Plotter p(dir);
+    std::vector<Figure> figs;
+
+    // Time by op type.
+    auto by_type = stats_table(db, "op-type").to_json();
+    if (!by_type.empty()) {
+        std::vector<std::tuple<int, double, std::string>> rows;
+        for (size_t i = 0; i < by_type.size(); ++i) rows.emplace_back(int(i), num(by_type[i]["total_ms"]), by_type[i]["op"]);
+        figs.push_back(p.draw("op_types", "Operator time by op type", [&](Gnuplot& gp) {
+            gp << "set style fill solid 0.8\nset boxwidth 0.7\nset ylabel 'total time (ms)'\nset xtics rotate by -40\n"
+                  "unset key\nplot '-' using 1:2:xtic(3) with boxes lc rgb '#c0392b'\n";
+            gp.send1d(rows);
+        }));
+    }
+
+    // Per call: duration, MatMul and KQ/KQV parts (paper Fig. 9).
+    auto by_call = stats_table(db, "token").to_json();
+    std::vector<std::tuple<int, double, double, double>> calls;
+    for (const auto& r : by_call)
+        if (r["phase"] == "decode") calls.emplace_back(r["call"].get<int>(), num(r["ms"]), num(r["mul_mat_ms"]), num(r["kq_kqv_ms"]));
+    if (!calls.empty()) {
+        figs.push_back(p.draw("tokens", "Decode calls: time per call, MatMul and KQ/KQV parts", [&](Gnuplot& gp) {
+            gp << "set xlabel 'llama_decode call'\nset ylabel 'ms'\n"
+                  "plot '-' using 1:2 with lines lw 2 title 'TPOT', '-' using 1:3 with lines title 'MUL_MAT', "
+                  "'-' using 1:4 with lines title 'KQ + KQV'\n";
+            gp.send1d(calls);
+            gp.send1d(calls);
+            gp.send1d(calls);
+        }));
+    }
+
+    // Compute vs wait per op type and thread (paper Fig. 6).
+    auto by_thread = stats_table(db, "thread").to_json();
+    if (!by_thread.empty()) {
+        std::vector<std::tuple<int, double, double, std::string>> rows;
+        for (size_t i = 0; i < by_thread.size(); ++i)
+            rows.emplace_back(int(i), num(by_thread[i]["compute_ms"]), num(by_thread[i]["wait_ms"]),
+                              by_thread[i]["op"].get<std::string>() + " t" + std::to_string(by_thread[i]["ith"].get<int>()));
+        figs.push_back(p.draw("threads", "Compute and wait per thread by op type", [&](Gnuplot& gp) {
+            gp << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8\n"
+                  "set boxwidth 0.7\nset ylabel 'ms'\nset xtics rotate by -60 font ',7'\n"
+                  "plot '-' using 2:xtic(4) title 'compute' lc rgb '#2874a6', '-' using 3 title 'wait' lc rgb '#f5b041'\n";
+            gp.send1d(rows);
+            gp.send1d(rows);
+        }));
+    }
+
+    // Roofline: the machine's roof and each operator (name, op) at its intensity.
+    if (machine) {
+        Table rl;
+        try {
+            rl = roofline_table(db, *machine);
+        } catch (const Error&) {
+        }
+        if (!rl.rows.empty()) {
+            const auto& roof = machine->roofs.back();
+            std::vector<std::tuple<double, double, std::string>> pts;
+            for (const auto& r : rl.rows)
+                if (num(r[4]) > 0 && num(r[5]) > 0) pts.emplace_back(num(r[4]), num(r[5]), r[0].get<std::string>());
+            figs.push_back(p.draw("roofline", "Roofline (" + std::to_string(roof.threads) + " threads)", [&](Gnuplot& gp) {
+                gp << "set logscale xy\nset xlabel 'FLOPs per byte'\nset ylabel 'GFLOP/s'\nset xrange [0.01:1000]\n"
+                      "roof(x) = (" << roof.triad_gbs << " * x < " << roof.peak_gflops << ") ? " << roof.triad_gbs
+                   << " * x : " << roof.peak_gflops << "\n"
+                      "plot roof(x) with lines lw 2 lc rgb 'black' title 'roof', '-' using 1:2 with points pt 7 "
+                      "ps 0.8 title 'operators', '-' using 1:2:3 with labels font ',7' offset 0,0.7 notitle\n";
+                gp.send1d(pts);
+                gp.send1d(pts);
+            }));
+        }
+    }
+
+    // Expert activations: calls that used each expert, per layer (paper Fig. 13).
+    auto experts = stats_table(db, "expert").to_json();
+    if (!experts.empty()) {
+        std::vector<std::tuple<int, int, double>> cells;
+        for (const auto& r : experts)
+            if (r["node"] == "ffn_moe_up") cells.emplace_back(r["expert"].get<int>(), r["layer"].get<int>(), num(r["activations"]));
+        if (!cells.empty())
+            figs.push_back(p.draw("experts", "Expert activations per layer (ffn_moe_up)", [&](Gnuplot& gp) {
+                gp << "set xlabel 'expert'\nset ylabel 'layer'\nset cblabel 'calls'\nset palette defined (0 'white', 1 '#c0392b')\n"
+                      "plot '-' using 1:2:3:4:5 with boxxyerror fs solid lc palette notitle\n";
+                std::vector<std::tuple<int, int, double, double, double>> boxes;
+                for (auto [e, l, v] : cells) boxes.emplace_back(e, l, 0.5, 0.5, v);
+                gp.send1d(boxes);
+            }));
+    }
+    for (const auto& f : figs)
+        if (!fs::exists(f.png) || !fs::exists(f.svg)) throw Error("gnuplot did not write " + f.png.string());
+    return figs;
+}
+
+}  // namespace profinfer

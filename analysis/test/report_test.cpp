@@ -1,0 +1,54 @@
+// The HTML report and its figures, from a full-level recording of the tiny MoE model.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "profinfer/figures.h"
+#include "profinfer/machine_bench.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "--level", "full", "-o", d / "moe.db", "--",
+                  llama_debug().program("llama-simple"), "-m", tiny_model("qwen1.5-moe-a2.7b"), "-n", "12", "Hello"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    MachineBench m;
+    m.cpu = "test machine";
+    m.roofs = {{1, 10.0, 50.0}, {2, 15.0, 100.0}};
+    std::ofstream(d / "machine.json") << m.to_json().dump();
+
+    auto figs = draw_figures(d / "moe.db", d / "figs", &m);
+    std::set<std::string> ids;
+    for (const auto& f : figs) {
+        ids.insert(f.id);
+        EXPECT_GT(fs::file_size(f.png), 2000u) << f.id;
+        EXPECT_GT(fs::file_size(f.svg), 2000u) << f.id;
+    }
+    EXPECT_EQ(ids, (std::set<std::string>{"op_types", "tokens", "threads", "roofline", "experts"}));
+
+    r = run({profinfer_bin(), "report", d / "moe.db", "--machine", d / "machine.json", "-o", d / "report.html"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::ifstream f(d / "report.html");
+    std::string html((std::istreambuf_iterator<char>(f)), {});
+    auto count = [&](const std::string& needle) {
+        size_t n = 0;
+        for (size_t p = html.find(needle); p != std::string::npos; p = html.find(needle, p + 1)) ++n;
+        return n;
+    };
+    EXPECT_EQ(count("data:image/png;base64,"), 5u);
+    EXPECT_EQ(count("<svg"), 1u);  // the DAG of one block
+    EXPECT_GE(count("memory-bound") + count("compute-bound") + count("overhead-dominated"), 3u);
+    EXPECT_EQ(count("src=\"http"), 0u);  // nothing fetched from the network
+    EXPECT_EQ(count("<script"), 0u);
+    EXPECT_NE(html.find("ffn_moe_up"), std::string::npos);
+    // A directory of runs works the same way.
+    r = run({profinfer_bin(), "report", d.path(), "-o", d / "all.html", "--machine", d / "none.json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_GT(fs::file_size(d / "all.html"), 10000u);
+}
