@@ -153,10 +153,14 @@ TEST(RecordOps, LlamaSimpleGraphsThreadsAndFusedKernels) {
               fused);
     // Per thread, node time covers the graph (at --level op wait is not split off).
     EXPECT_EQ(db.scalar("SELECT count(*) FROM ops WHERE compute_end_ns != end_ns OR start_ns > end_ns"), 0);
-    EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT g.seq, o.tid, sum(o.end_ns - o.start_ns) AS busy, "
-                        "g.end_ns - g.start_ns AS span FROM ops o JOIN graphs g ON g.seq = o.graph_seq "
-                        "GROUP BY g.seq, o.tid) WHERE busy > span OR busy < span * 0.5"),
-              0);
+    // Per thread, operator time plus wait time is the graph's time but for the graph's fixed
+    // start-up (waking the threads): never more, and on a ~1 ms tiny graph within 10 % on
+    // average (a full-size 1B decode graph: 99.8 %).
+    const std::string coverage = "(SELECT g.seq, o.ith, 1.0 * sum(o.end_ns - o.start_ns) / (g.end_ns - g.start_ns) AS c "
+                                 "FROM ops o JOIN graphs g ON g.seq = o.graph_seq GROUP BY g.seq, o.ith)";
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c > 1.0"), 0);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c < 0.6"), 0);
+    EXPECT_GE(db.scalar("SELECT CAST(1000 * avg(c) AS INTEGER) FROM " + coverage), 900);
 }
 
 // MoE: the expert ids recorded at MUL_MAT_ID are the ones llama.cpp's router chose.
