@@ -13,17 +13,7 @@ using namespace profinfer::test;
 
 namespace {
 
-// One recording per architecture, shared by the tests of this program.
-fs::path recording(const std::string& card) {
-    static TempDir dir;
-    static std::map<std::string, fs::path> done;
-    if (done.count(card)) return done[card];
-    fs::path db = dir / (card + ".db");
-    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", db, "--", llama_debug().program("llama-simple"), "-m",
-                  tiny_model(card), "-n", "8", "Hello world"});
-    if (r.status != 0) throw std::runtime_error("recording failed: " + r.err);
-    return done[card] = db;
-}
+fs::path recording(const std::string& card) { return tiny_recording(card, "op", 8); }
 
 const Node* find(const Dag& d, const std::string& op, const std::string& name) {
     for (const auto& n : d.nodes)

@@ -12,17 +12,7 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 namespace {
-fs::path recording() {
-    static TempDir dir;
-    static fs::path db;
-    if (db.empty()) {
-        auto r = run({profinfer_bin(), "record", "--level", "op", "-o", dir / "r.db", "--",
-                      llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"});
-        if (r.status != 0) throw std::runtime_error(r.err);
-        db = dir / "r.db";
-    }
-    return db;
-}
+fs::path recording() { return tiny_recording("llama3.2-1b", "op", 8); }
 MachineBench machine(double gbs, double gflops) {
     MachineBench m;
     m.roofs = {{1, gbs, gflops}, {64, gbs, gflops}};

@@ -10,17 +10,7 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 namespace {
-fs::path moe_recording() {
-    static TempDir dir;
-    static fs::path db;
-    if (db.empty()) {
-        auto r = run({profinfer_bin(), "record", "--level", "full", "-o", dir / "moe.db", "--",
-                      llama_debug().program("llama-simple"), "-m", tiny_model("qwen1.5-moe-a2.7b"), "-n", "12", "Hello"});
-        if (r.status != 0) throw std::runtime_error(r.err);
-        db = dir / "moe.db";
-    }
-    return db;
-}
+fs::path moe_recording() { return tiny_recording("qwen1.5-moe-a2.7b", "full", 12); }
 double num(const nlohmann::json& v) { return v.is_null() ? 0.0 : v.get<double>(); }
 }  // namespace
 

@@ -14,10 +14,7 @@ using namespace profinfer::test;
 TEST(Timeline, WellFormedStrictlyNestedMonotonicPerTrack) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto r = run({profinfer_bin(), "record", "--level", "full", "-o", d / "run.db", "--",
-                  llama_debug().program("llama-simple"), "-m", tiny_model("qwen2.5-1.5b"), "-n", "8", "Hello"});
-    ASSERT_EQ(r.status, 0) << r.err;
-    r = run({profinfer_bin(), "timeline", d / "run.db", "-o", d / "trace.json"});
+    auto r = run({profinfer_bin(), "timeline", tiny_recording("qwen2.5-1.5b", "full", 8), "-o", d / "trace.json"});
     ASSERT_EQ(r.status, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(std::ifstream(d / "trace.json"));  // throws if malformed
     const auto& ev = j.at("traceEvents");

@@ -117,6 +117,19 @@ fs::path tiny_model(const std::string& card, const std::string& type) {
     return p;
 }
 
+fs::path tiny_recording(const std::string& card, const std::string& level, int n_tokens) {
+    static TempDir dir;
+    static std::mutex m;
+    std::lock_guard lock(m);
+    fs::path db = dir / (card + "-" + level + "-" + std::to_string(n_tokens) + ".db");
+    if (!fs::exists(db)) {
+        auto r = run({profinfer_bin(), "record", "--level", level, "-o", db, "--", llama_debug().program("llama-simple"),
+                      "-m", tiny_model(card), "-n", std::to_string(n_tokens), "Hello world"});
+        if (r.status != 0) throw std::runtime_error("profinfer record failed: " + r.err);
+    }
+    return db;
+}
+
 bool bpf_available(std::string* why) {
     if (geteuid() != 0) {
         *why = "needs root (or CAP_BPF+CAP_PERFMON) to load BPF programs; run as root";

@@ -65,6 +65,10 @@ const LlamaInstall& llama_debug();
 // test program and kept for its lifetime.
 std::filesystem::path tiny_model(const std::string& card, const std::string& type = "f16");
 
+// `profinfer record --level LEVEL -- llama-simple -m <tiny CARD> -n N_TOKENS "Hello world"`,
+// made once per test program and kept for its lifetime.
+std::filesystem::path tiny_recording(const std::string& card, const std::string& level, int n_tokens);
+
 // True when the test may use eBPF. Otherwise records why: a skip on a developer
 // machine, a failure under CI=true (CI runs as root and must run these for real).
 bool bpf_available(std::string* why);
