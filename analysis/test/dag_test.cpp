@@ -99,3 +99,29 @@ INSTANTIATE_TEST_SUITE_P(Architectures, DagOf,
                                  if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                              return n;
                          });
+
+// Every analysis command on a recording of every tiny architecture.
+TEST_P(DagOf, EveryAnalysisCommandWorks) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const fs::path db = recording(GetParam());
+    const std::vector<std::vector<std::string>> commands = {
+        {"info", db, "--json"},
+        {"dag", db, "-o", d / "dag.json"},
+        {"timeline", db, "-o", d / "trace.json"},
+        {"stat", db, "--by", "op-type"},
+        {"stat", db, "--by", "op", "--format", "csv"},
+        {"stat", db, "--by", "token", "--format", "json"},
+        {"stat", db, "--by", "thread"},
+        {"stat", db, "--by", "expert"},
+        {"report", db, "-o", d / "report.html", "--machine", d / "none.json"},
+    };
+    for (auto args : commands) {
+        args.insert(args.begin(), profinfer_bin());
+        auto r = run(args);
+        EXPECT_EQ(r.status, 0) << args[1] << ": " << r.err;
+    }
+    EXPECT_GT(fs::file_size(d / "dag.json"), 1000u);
+    EXPECT_GT(fs::file_size(d / "trace.json"), 10000u);
+    EXPECT_GT(fs::file_size(d / "report.html"), 10000u);
+}
