@@ -24,12 +24,31 @@ double node_flops(const Node& n) {
     return elems(n.ne) * (it == per_element.end() ? 0.0 : it->second);
 }
 
+namespace {
+// Counters that count DRAM traffic, and the bytes per event: Arm's L3D_CACHE_REFILL
+// (0x2A, a 64-byte line read) and MEM_ACCESS_WR (0x67, 16 bytes, Cortex-A76), and the
+// last-level-cache misses of other CPUs (a line each).
+double dram_bytes_per_event(const std::string& counter) {
+    static const std::map<std::string, double> m = {
+        {"l3d_cache_refill", 64}, {"r2a", 64}, {"L3D_CACHE_REFILL", 64}, {"mem_access_wr", 16}, {"r67", 16},
+        {"MEM_ACCESS_WR", 16},    {"LLC-load-misses", 64}, {"cache-misses", 64}};
+    auto it = m.find(counter);
+    return it == m.end() ? 0 : it->second;
+}
+}  // namespace
+
 Table roofline_table(const std::filesystem::path& db, const MachineBench& machine) {
     TraceGraphs trace(db);
+    std::vector<std::pair<int, double>> dram_counters;  // (slot, bytes per event)
+    const auto names = trace.counter_names();
+    for (int k = 0; k < kCounterSlots; ++k)
+        if (double b = dram_bytes_per_event(names[k]); b > 0) dram_counters.push_back({k, b});
     struct Acc {
         std::string name, op;
         int count = 0, threads = 0;
         double time_s = 0, flops = 0, bytes = 0;
+        double counted_bytes = 0;  // from DRAM counters, when the run has them
+        bool counted = true;
     };
     std::map<std::pair<std::string, std::string>, Acc> by;
     for (const auto& call : trace.calls()) {
@@ -43,10 +62,17 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
             a.time_s += n.time_ms() / 1e3;
             a.flops += node_flops(n);
             a.bytes += double(n.bytes());
+            for (auto [slot, per_event] : dram_counters) {
+                auto v = n.counter(slot);
+                v ? void(a.counted_bytes += *v * per_event) : void(a.counted = false);
+            }
         }
     }
     if (by.empty()) throw Error("no decode-call operator records: record with --level op or full");
-    Table t{{"name", "op", "count", "mean_us", "flops_per_byte", "gflops", "gbs", "roof_gflops", "roof_pct", "verdict"}, {}};
+    // counter_gbs: DRAM traffic measured by hardware counters (null without them).
+    Table t{{"name", "op", "count", "mean_us", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_gflops", "roof_pct",
+             "verdict"},
+            {}};
     std::vector<Acc> rows;
     for (auto& [k, a] : by) rows.push_back(a);
     std::sort(rows.begin(), rows.end(), [](const Acc& x, const Acc& y) { return x.time_s > y.time_s; });
@@ -61,7 +87,10 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         std::string verdict = share < kOverheadShare                          ? "overhead-dominated"
                               : intensity < roof.peak_gflops / roof.triad_gbs ? "memory-bound"
                                                                                : "compute-bound";
-        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, intensity, gflops, gbs, roof_gflops,
+        const nlohmann::json counter_gbs = !dram_counters.empty() && a.counted && a.time_s > 0
+                                               ? nlohmann::json(a.counted_bytes / a.time_s / 1e9)
+                                               : nlohmann::json(nullptr);
+        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, intensity, gflops, gbs, counter_gbs, roof_gflops,
                           100.0 * share, verdict});
     }
     return t;

@@ -73,3 +73,42 @@ TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
     EXPECT_NE(missing.status, 0);
     EXPECT_NE(missing.err.find("bench-machine"), std::string::npos) << missing.err;
 }
+
+// On a board with a DRAM counter (l3d_cache_refill, 64 B per event) the roofline also
+// reports measured traffic. No PMU here: a software counter recorded in its slot stands in,
+// relabelled as the board's counter — the analysis only reads the database.
+TEST(Roofline, CounterTrafficFromADramCounter) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "--level", "op", "--counters", "minor-faults", "-o", d / "c.db", "--",
+                  llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    r = run({"sqlite3", d / "c.db", "UPDATE counters SET name = 'l3d_cache_refill' WHERE idx = 0"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto t = roofline_table(d / "c.db", machine(10, 10));
+    TraceGraphs trace(d / "c.db");
+    // Expected for the first row's operator: Σ counter × 64 B over its decode-call nodes / Σ time.
+    const std::string name = t.rows.at(0)[0], op = t.rows.at(0)[1];
+    double bytes = 0, seconds = 0;
+    bool known = true;
+    for (const auto& c : trace.calls()) {
+        if (c.phase != "decode") continue;
+        for (const auto& n : trace.nodes(c.index)) {
+            std::string base = n.layer >= 0 ? n.name.substr(0, n.name.rfind('-')) : n.name;
+            if (n.threads.empty() || base != name || n.op != op) continue;
+            auto v = n.counter(0);
+            known &= v.has_value();
+            bytes += v.value_or(0) * 64.0;
+            seconds += n.time_ms() / 1e3;
+        }
+    }
+    const auto& counter_gbs = t.rows.at(0)[7];
+    if (known) {
+        ASSERT_TRUE(counter_gbs.is_number());
+        EXPECT_NEAR(counter_gbs.get<double>(), bytes / seconds / 1e9, 1e-9);
+    } else {
+        EXPECT_TRUE(counter_gbs.is_null());
+    }
+    // Without such a counter the column stays empty.
+    for (const auto& row : roofline_table(recording(), machine(10, 10)).rows) EXPECT_TRUE(row[7].is_null());
+}
