@@ -93,7 +93,6 @@ void TraceWriter::write(const void* data, size_t size) {
             auto* e = as<pi_token_event>(data, size, malformed_);
             if (!e) return;
             const bool prefill = e->n_tokens > 1;
-            decode_calls_ += !prefill;
             auto& s = st_->token;
             s.bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});
             s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret});

@@ -27,7 +27,6 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     uint64_t malformed() const { return malformed_; }
-    uint64_t decode_calls() const { return decode_calls_; }
 
 private:
     struct Statements;
@@ -36,7 +35,7 @@ private:
     std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
     std::map<std::pair<uint64_t, uint64_t>, std::string> node_names_;  // (graph, tensor) → name, for experts
-    uint64_t malformed_ = 0, decode_calls_ = 0;
+    uint64_t malformed_ = 0;
     bool in_tx_ = false;
 };
 
