@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <vector>
 
 #include "profinfer/error.h"
 
@@ -23,6 +24,19 @@ ElfSymbols::ElfSymbols(const std::filesystem::path& path) {
     }
     size_t shstrndx = 0;
     elf_getshdrstrndx(elf, &shstrndx);
+    // Virtual address → file offset through the loadable segments.
+    std::vector<GElf_Phdr> loads;
+    size_t nph = 0;
+    elf_getphdrnum(elf, &nph);
+    for (size_t i = 0; i < nph; ++i) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf, int(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) loads.push_back(ph);
+    }
+    auto to_offset = [&](uint64_t vaddr) -> uint64_t {
+        for (const auto& ph : loads)
+            if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_memsz) return vaddr - ph.p_vaddr + ph.p_offset;
+        return 0;
+    };
     for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn));) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh)) continue;
@@ -50,7 +64,8 @@ ElfSymbols::ElfSymbols(const std::filesystem::path& path) {
             GElf_Sym sym;
             if (!gelf_getsym(data, int(i), &sym)) continue;
             if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
-            if (const char* s = elf_strptr(elf, sh.sh_link, sym.st_name)) functions_.insert(s);
+            if (const char* s = elf_strptr(elf, sh.sh_link, sym.st_name))
+                if (uint64_t off = to_offset(sym.st_value)) functions_.emplace(s, off);
         }
     }
     elf_end(elf);

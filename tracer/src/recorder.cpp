@@ -312,9 +312,11 @@ private:
         if (!rb_) throw_errno("creating the ring buffer consumer");
     }
 
-    bpf_link* attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret) {
-        LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = symbol);
-        return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), 0, &uo);
+    // OFFSET: the function's file offset when we know it (ElfSymbols); 0 lets libbpf
+    // resolve SYMBOL itself.
+    bpf_link* attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret, uint64_t offset = 0) {
+        LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
+        return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), offset, &uo);
     }
 
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
@@ -371,9 +373,9 @@ private:
             fresh.push_back(lib);
         }
         if (fresh.empty()) return;
-        std::map<fs::path, std::unique_ptr<ElfSymbols>> elf;
+        std::map<fs::path, std::shared_ptr<ElfSymbols>> elf;
         for (const auto& lib : fresh) {
-            elf[lib.path] = std::make_unique<ElfSymbols>(lib.path);
+            elf[lib.path] = std::make_shared<ElfSymbols>(lib.path);
             debug_info_[lib.path] = elf[lib.path]->has_debug_info();
             store::Statement st(db_.handle(),
                                 "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
@@ -406,7 +408,7 @@ private:
                     continue;
                 }
                 if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
-                bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe);
+                bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe, sym.file_offset(p.symbol));
                 record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
                 if (!l) {
                     fatal_.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
@@ -414,7 +416,7 @@ private:
                 }
                 attached_.push_back({l, &p, lib.path});
             }
-            if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy});
+            if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy, elf[lib.path]});
         }
         if (!fatal_.empty()) throw Error(fatal_.front());
     }
@@ -431,11 +433,12 @@ private:
             });
             attached_.erase(it, attached_.end());
         } else {
-            for (const auto& [lib, strategy] : op_libs_)
+            for (const auto& [lib, strategy, sym] : op_libs_)
                 for (const auto& p : kProbes) {
                     if (!is_op_group(p.group) || p.group > max_group(opts_.level) || p.role != LibRole::GgmlCpu) continue;
                     if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-                    if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe))
+                    if (!sym->has_function(p.symbol)) continue;
+                    if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))
                         attached_.push_back({l, &p, lib});
                 }
         }
@@ -576,7 +579,12 @@ private:
     ring_buffer* rb_ = nullptr;
     std::unique_ptr<TraceWriter> writer_;
     std::vector<Attached> attached_;
-    std::vector<std::pair<fs::path, OpStrategy>> op_libs_;
+    struct OpLibrary {
+        fs::path path;
+        OpStrategy strategy;
+        std::shared_ptr<ElfSymbols> symbols;
+    };
+    std::vector<OpLibrary> op_libs_;
     std::unique_ptr<LaunchedProcess> child_;
     pid_t pid_ = -1;
     std::map<fs::path, LibRole> libraries_;
