@@ -11,7 +11,7 @@ packages=(
   gnuplot-nox libgnuplot-iostream-dev libboost-iostreams-dev libboost-system-dev libboost-filesystem-dev
   libpfm4-dev graphviz
   libgtest-dev libgmock-dev libbenchmark-dev
-  bc fonts-dejavu-core
+  bc bsdextrautils fonts-dejavu-core
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
