@@ -8,14 +8,6 @@
 
 namespace profinfer {
 
-int layer_of(const std::string& name) {
-    auto dash = name.rfind('-');
-    if (dash == std::string::npos || dash + 1 >= name.size()) return -1;
-    for (size_t i = dash + 1; i < name.size(); ++i)
-        if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
-    return std::stoi(name.substr(dash + 1));
-}
-
 int64_t Node::start_ns() const {
     int64_t s = INT64_MAX;
     for (const auto& t : threads) s = std::min(s, t.start_ns);

@@ -14,11 +14,6 @@ namespace fs = std::filesystem;
 using namespace profinfer::test;
 
 namespace {
-size_t lines(const std::string& s) {
-    size_t n = 0;
-    for (char c : s) n += c == '\n';
-    return n;
-}
 std::string read_file(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(f)), {});
@@ -29,9 +24,7 @@ TEST(SynthCli, UnwritableOutputIsOneErrorLineAndNoFile) {
     TempDir d;
     fs::path out = d / "no-such-dir" / "m.gguf";
     auto r = run({profinfer_bin(), "model", "synth", "--card", "llama3.2-1b", "--scale", "tiny", "-o", out});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("profinfer: error: cannot write"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "profinfer: error: cannot write");
     EXPECT_FALSE(fs::exists(out));
 }
 
@@ -44,8 +37,7 @@ TEST(SynthCli, MalformedOrUnknownCardsAreRefusedWithoutWriting) {
         SCOPED_TRACE(card);
         fs::path out = d / "m.gguf";
         auto r = run({profinfer_bin(), "model", "synth", "--card", d / card, "-o", out});
-        EXPECT_NE(r.status, 0);
-        EXPECT_EQ(lines(r.err), 1u) << r.err;
+        expect_one_line_failure(r, "profinfer: error: ");
         EXPECT_FALSE(fs::exists(out));
     }
     auto r = run({profinfer_bin(), "model", "synth", "--card", d / "rwkv.toml", "-o", d / "m.gguf"});

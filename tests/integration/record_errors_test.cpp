@@ -17,7 +17,6 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 namespace {
-size_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
 std::string status_of(const fs::path& db) {
     store::Database d(db, store::Database::Mode::ReadOnly);
     return d.meta()["status"];
@@ -28,9 +27,7 @@ TEST(RecordErrors, LibraryWithoutTheSymbol) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", fake_llama_bin()});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("has no symbol llama_decode"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "has no symbol llama_decode");
     EXPECT_EQ(status_of(d / "run.db"), "failed");
 }
 
@@ -40,9 +37,7 @@ TEST(RecordErrors, MissingCapability) {
     fs::permissions(d.path(), fs::perms::all);
     auto r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
                   profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", "/bin/true"});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("run as root or grant CAP_BPF and CAP_PERFMON"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "run as root or grant CAP_BPF and CAP_PERFMON");
     if (fs::exists(d / "run.db")) {
         EXPECT_EQ(status_of(d / "run.db"), "failed");
     }

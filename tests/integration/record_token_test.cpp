@@ -9,10 +9,6 @@ namespace fs = std::filesystem;
 using namespace profinfer;
 using namespace profinfer::test;
 
-namespace {
-size_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
-}
-
 TEST(RecordToken, LlamaSimpleSixteenTokens) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
@@ -50,9 +46,7 @@ TEST(RecordToken, NonLlamaProcessFailsClearly) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", "/bin/true"});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("never loaded libllama"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "never loaded libllama");
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     EXPECT_EQ(db.meta()["status"], "failed");
 }
@@ -61,14 +55,10 @@ TEST(RecordToken, WrongPidAndMissingCommandFailClearly) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto r = run({profinfer_bin(), "record", "-o", d / "a.db", "--pid", "999999999"});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("no process with pid 999999999"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "no process with pid 999999999");
 
     r = run({profinfer_bin(), "record", "-o", d / "b.db", "--", "/no/such/program"});
-    EXPECT_NE(r.status, 0);
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_NE(r.err.find("cannot run /no/such/program"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "cannot run /no/such/program");
 }
 
 TEST(RecordToken, RefusesToOverwriteADatabase) {

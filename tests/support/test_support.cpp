@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -62,6 +63,12 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
     r.out = slurp(out);
     r.err = slurp(err);
     return r;
+}
+
+void expect_one_line_failure(const RunResult& r, const std::string& needle) {
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
 fs::path profinfer_bin() { return PROFINFER_BIN; }

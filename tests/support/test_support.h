@@ -22,6 +22,9 @@ struct RunResult {
 // Runs ARGV (argv[0] looked up in PATH) with extra environment ENV; waits for it.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
 
+// The CLI's failure convention: non-zero exit and exactly one stderr line containing NEEDLE.
+void expect_one_line_failure(const RunResult& r, const std::string& needle);
+
 // Starts ARGV with output discarded and returns its pid, without waiting.
 pid_t spawn(const std::vector<std::string>& argv);
 

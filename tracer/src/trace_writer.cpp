@@ -4,6 +4,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/events.h"
+#include "profinfer/tensor_name.h"
 
 namespace profinfer {
 
@@ -49,17 +50,6 @@ std::string hex(const uint8_t* p, size_t n) {
     std::string s;
     for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
     return s;
-}
-
-// "ffn_moe_up-12" → 12
-int64_t layer_of(const std::string& name) {
-    auto dash = name.rfind('-');
-    if (dash == std::string::npos || dash + 1 >= name.size()) return -1;
-    try {
-        return std::stoll(name.substr(dash + 1));
-    } catch (...) {
-        return -1;
-    }
 }
 
 template <class T>
@@ -174,7 +164,7 @@ void TraceWriter::write(const void* data, size_t size) {
                 auto& s = st_->expert;
                 s.bind(1, i64(e->graph_seq)).bind(2, i64(e->tensor));
                 name.empty() ? s.bind_null(3) : s.bind(3, name);
-                s.bind(4, layer_of(name)).bind(5, int64_t{i / e->n_used}).bind(6, int64_t{i % e->n_used});
+                s.bind(4, int64_t{layer_of(name)}).bind(5, int64_t{i / e->n_used}).bind(6, int64_t{i % e->n_used});
                 s.bind(7, int64_t{e->ids[i]}).run();
             }
             break;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "profinfer/store.h"
+#include "profinfer/tensor_name.h"
 
 namespace profinfer {
 
@@ -69,8 +70,5 @@ private:
     mutable store::Database db_;
     std::vector<DecodeCall> calls_;
 };
-
-// "ffn_moe_up-12" → 12, "norm" → -1
-int layer_of(const std::string& name);
 
 }  // namespace profinfer
