@@ -1,3 +1,4 @@
+#include "profinfer/output_file.h"
 #include <unistd.h>
 
 #include <fstream>
@@ -24,9 +25,7 @@ void add_bench_machine(CLI::App& app, std::function<int()>& action) {
             if (t.empty())
                 for (int i = 1; i <= int(std::thread::hardware_concurrency()); ++i) t.push_back(i);
             auto m = MachineBench::run(t, *quick);
-            std::ofstream f(*out);
-            if (!f) throw profinfer::Error("cannot write " + *out);
-            f << m.to_json().dump(2) << "\n";
+            profinfer::OutputFile::write(*out, m.to_json().dump(2) + "\n");
             for (const auto& r : m.roofs)
                 std::cerr << r.threads << " threads: triad " << r.triad_gbs << " GB/s, peak " << r.peak_gflops
                           << " GFLOP/s (f32 FMA, " << m.isa << ")\n";

@@ -19,13 +19,15 @@ void add_dag(CLI::App& app, std::function<int()>& action) {
         "operator that produced each source; weights get none.\n"
         "Example: profinfer dag run.db --layer 3 --block attn -o attn.svg");
     cmd->add_option("db", o->db, "Trace database")->required();
-    cmd->add_option("--token", o->token, "llama_decode call, from 0 (default: the middle decode call)");
-    cmd->add_option("--layer", o->layer, "Only this transformer layer");
+    cmd->add_option("--token", o->token, "llama_decode call, from 0 (default: the middle decode call)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--layer", o->layer, "Only this transformer layer")->check(CLI::NonNegativeNumber);
     cmd->add_option("--block", o->block, "With --layer: attn or ffn")->check(CLI::IsMember({"attn", "ffn"}));
     cmd->add_option("--color,--colour", o->colour, "time or bandwidth")->check(CLI::IsMember({"time", "bandwidth"}))->capture_default_str();
     cmd->add_option("-o,--output", o->out, "out.dot, out.svg or out.json")->required();
     cmd->callback([&action, o] {
         action = [o] {
+            warn_if_partial(o->db);
             TraceGraphs trace(o->db);
             int call = o->token >= 0 ? o->token : trace.default_call();
             Dag dag = Dag::build(trace, call);

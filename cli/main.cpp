@@ -2,12 +2,22 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "profinfer/error.h"
 #include "profinfer/recorder.h"
 #include "subcommands.h"
+
+namespace {
+std::string first_line(std::string s) {
+    if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+    return s;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{
@@ -26,13 +36,29 @@ int main(int argc, char** argv) {
     profinfer::cli::add_report(app, action);
     profinfer::cli::add_model(app, action);
 
+    // A reader that goes away (gnuplot, dot, `| head`) is an error to report, not a signal to die of.
+    signal(SIGPIPE, SIG_IGN);
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "profinfer: error: " << first_line(e.what()) << " (see profinfer "
+                  << (app.get_subcommands().empty() ? std::string() : app.get_subcommands().front()->get_name() + " ")
+                  << "--help)\n";
+        return 2;
     }
     try {
-        return action ? action() : 0;
+        int status = action ? action() : 0;
+        // Output redirected to a full disk must not look like success.
+        std::cout.flush();
+        if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+            throw profinfer::Error(std::string("writing standard output: ") + std::strerror(errno ? errno : EIO));
+        return status;
     } catch (const profinfer::Error& e) {
         std::cerr << "profinfer: error: " << e.what() << "\n";
         return 1;

@@ -14,13 +14,20 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         "  profinfer record --pid 1234 -o run.db\n"
         "A launched command is held before exec until the probes are in place, so its first\n"
         "llama_decode is recorded; libraries it loads later (dlopen) are attached when loaded.\n"
-        "Needs root, or CAP_BPF and CAP_PERFMON.");
+        "The database is created readable by its owner only (it may hold other processes' command names).\n"
+        "Needs root, or CAP_BPF and CAP_PERFMON (see docs/reliability.md).");
     cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
     cmd->add_option("--level", *level,
                     "token: llama_decode calls; graph: + backend graphs; op: + every graph node on every thread; "
                     "full: + each thread's compute/wait split, scheduler events, counters, MoE expert ids")
         ->capture_default_str();
-    cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
+    auto* pid_opt = cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
+    auto peers = std::make_shared<std::string>("comm");
+    cmd->add_option("--sched-peers", *peers,
+                    "At --level full, what scheduler events keep of other processes' threads that preempt, wake or "
+                    "follow the target's: none, comm (the command name only) or full (also pid and tid)")
+        ->check(CLI::IsMember({"none", "comm", "full"}))
+        ->capture_default_str();
     cmd->add_option("--board", opts->board, "Board profile name stored with the run")->capture_default_str();
     cmd->add_option("--counters", opts->counters,
                     std::string("Counters read per operator: perf names (cycles, cache-misses, major-faults, ...), "
@@ -32,10 +39,12 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid] {
-        action = [opts, level, pid] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers] {
+        const bool pid_given = pid_opt->count() > 0;
+        action = [opts, level, pid, pid_given, peers] {
             opts->level = parse_trace_level(*level);
-            if (*pid) opts->pid = *pid;
+            opts->sched_peers = parse_sched_peers(*peers);
+            if (pid_given) opts->pid = *pid;
             return record(*opts);
         };
     });

@@ -16,6 +16,7 @@ void add_report(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     cmd->callback([&action, in, out, machine] {
         action = [in, out, machine] {
+            for (const auto& db : report_inputs(*in)) warn_if_partial(db);
             write_report(*in, *out, *machine);
             std::cerr << "profinfer: report → " << *out << "\n";
             return 0;

@@ -26,6 +26,7 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--machine", *machine, "Roofs for --by roofline (profinfer bench-machine -o FILE)")->capture_default_str();
     cmd->callback([&action, db, by, format, machine] {
         action = [db, by, format, machine] {
+            warn_if_partial(*db);
             Table t = *by == "roofline" ? roofline_table(*db, MachineBench::load(*machine)) : stats_table(*db, *by);
             if (*format == "csv")
                 std::cout << t.to_csv();

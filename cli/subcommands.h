@@ -1,5 +1,6 @@
 #pragma once
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <functional>
 
 // Each add_* registers one subcommand on APP and, when it is the one parsed, sets
@@ -13,4 +14,9 @@ void add_timeline(CLI::App& app, std::function<int()>& action);
 void add_stat(CLI::App& app, std::function<int()>& action);
 void add_bench_machine(CLI::App& app, std::function<int()>& action);
 void add_report(CLI::App& app, std::function<int()>& action);
+
+// Every analysis command reads its input through this first: one warning line on
+// stderr for a run that is not complete or lost data; an error for a trace format newer
+// than this profinfer.
+void warn_if_partial(const std::filesystem::path& db);
 }  // namespace profinfer::cli

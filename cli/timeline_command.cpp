@@ -1,3 +1,4 @@
+#include "profinfer/output_file.h"
 #include <fstream>
 #include <iostream>
 
@@ -15,10 +16,9 @@ void add_timeline(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("-o,--output", *out, "trace.json")->required();
     cmd->callback([&action, db, out] {
         action = [db, out] {
+            warn_if_partial(*db);
             auto j = timeline_json(*db);
-            std::ofstream f(*out);
-            if (!f) throw profinfer::Error("cannot write " + *out);
-            f << j.dump() << "\n";
+            profinfer::OutputFile::write(*out, j.dump() + "\n");
             std::cerr << "profinfer: " << j["traceEvents"].size() << " trace events → " << *out << "\n";
             return 0;
         };

@@ -9,6 +9,9 @@
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/output_file.h"
+#include "profinfer/subprocess.h"
+#include "profinfer/text_escape.h"
 
 namespace fs = std::filesystem;
 
@@ -148,7 +151,8 @@ std::string Dag::to_dot(Colour colour) const {
         std::snprintf(t, sizeof t, "%.3f ms", n.time_ms());
         char bw[64];
         std::snprintf(bw, sizeof bw, "%.2f GB/s", bandwidth_gbs(n));
-        o << "  n" << n.index << " [label=\"" << n.op << " " << n.index << "\\n" << n.name << "\\n" << shape(n.ne) << "\\n"
+        o << "  n" << n.index << " [label=\"" << dot_escape(n.op) << " " << n.index << "\\n" << dot_escape(n.name) << "\\n"
+          << shape(n.ne) << "\\n"
           << (n.threads.empty() ? std::string("fused with ") + std::to_string(n.fused_with) : std::string(t) + ", " + bw)
           << "\", fillcolor=\"" << heat(value(n), lo, hi) << "\"];\n";
     }
@@ -185,22 +189,24 @@ nlohmann::json Dag::to_json() const {
     return j;
 }
 
+std::string render_svg(const std::string& dot) {
+    ProcessResult r = run_process({"dot", "-Tsvg"}, dot);
+    if (r.status != 0 || r.out.find("<svg") == std::string::npos)
+        throw Error("graphviz 'dot' failed to render the DAG (exit status " + std::to_string(r.status) +
+                    (r.status == 127 ? ": is graphviz installed?" : "") + ")");
+    return r.out;
+}
+
 void Dag::write(const fs::path& out, Colour colour) const {
     const std::string ext = out.extension().string();
-    if (ext == ".json") {
-        std::ofstream(out) << to_json().dump(1) << "\n";
-    } else if (ext == ".dot") {
-        std::ofstream(out) << to_dot(colour);
-    } else if (ext == ".svg") {
-        fs::path dot = out;
-        dot.replace_extension(".dot");
-        std::ofstream(dot) << to_dot(colour);
-        const std::string cmd = "dot -Tsvg '" + dot.string() + "' -o '" + out.string() + "' 2>&1";
-        if (std::system(cmd.c_str()) != 0) throw Error("graphviz 'dot' failed to render " + out.string() + " (is graphviz installed?)");
-    } else {
+    if (ext == ".json")
+        OutputFile::write(out, to_json().dump(1) + "\n");
+    else if (ext == ".dot")
+        OutputFile::write(out, to_dot(colour));
+    else if (ext == ".svg")
+        OutputFile::write(out, render_svg(to_dot(colour)));
+    else
         throw Error("write the DAG as .dot, .svg or .json, not '" + ext + "'");
-    }
-    if (!fs::exists(out)) throw Error("could not write " + out.string());
 }
 
 }  // namespace profinfer

@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "profinfer/error.h"
+#include "profinfer/subprocess.h"
+#include "profinfer/text_escape.h"
 #include "profinfer/roofline.h"
 #include "profinfer/stats.h"
 
@@ -28,13 +30,17 @@ public:
         Figure f{id, title, dir_ / (id + ".png"), dir_ / (id + ".svg")};
         for (auto [term, out] : {std::pair{"pngcairo size 900,500 font 'DejaVu Sans,10'", f.png},
                                  std::pair{"svg size 900,500 dynamic font 'DejaVu Sans,10'", f.svg}}) {
-            Gnuplot gp("gnuplot 2>/dev/null");
-            gp << "set terminal " << term << "\n";
-            gp << "set output '" << out.string() << "'\n";
-            gp << "set termoption noenhanced\nset title '" << title << "'\nset grid\nset key outside right top\n";
-            body(gp);
-            gp << "unset output\n";
-            gp.flush();
+            PipedProcess gnuplot({"gnuplot"});
+            {
+                Gnuplot gp(gnuplot.release_input());  // closing it ends gnuplot's script
+                gp << "set terminal " << term << "\n";
+                gp << "set output " << gnuplot_quote(out.string()) << "\n";
+                gp << "set termoption noenhanced\nset title " << gnuplot_quote(title) << "\nset grid\nset key outside right top\n";
+                body(gp);
+                gp << "unset output\n";
+            }
+            if (int st = gnuplot.wait(); st != 0)
+                throw Error("gnuplot failed to draw " + out.string() + " (exit status " + std::to_string(st) + ")");
         }
         return f;
     }
@@ -53,7 +59,7 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
     auto by_type = stats_table(db, "op-type").to_json();
     if (!by_type.empty()) {
         std::vector<std::tuple<int, double, std::string>> rows;
-        for (size_t i = 0; i < by_type.size(); ++i) rows.emplace_back(int(i), num(by_type[i]["total_ms"]), by_type[i]["op"]);
+        for (size_t i = 0; i < by_type.size(); ++i) rows.emplace_back(int(i), num(by_type[i]["total_ms"]), gnuplot_label(by_type[i]["op"]));
         figs.push_back(p.draw("op_types", "Operator time by op type", [&](Gnuplot& gp) {
             gp << "set style fill solid 0.8\nset boxwidth 0.7\nset ylabel 'total time (ms)'\nset xtics rotate by -40\n"
                   "unset key\nplot '-' using 1:2:xtic(3) with boxes lc rgb '#c0392b'\n";
@@ -83,7 +89,7 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
         std::vector<std::tuple<int, double, double, std::string>> rows;
         for (size_t i = 0; i < by_thread.size(); ++i)
             rows.emplace_back(int(i), num(by_thread[i]["compute_ms"]), num(by_thread[i]["wait_ms"]),
-                              by_thread[i]["op"].get<std::string>() + " t" + std::to_string(by_thread[i]["ith"].get<int>()));
+                              gnuplot_label(by_thread[i]["op"].get<std::string>() + "_t" + std::to_string(by_thread[i]["ith"].get<int>())));
         figs.push_back(p.draw("threads", "Compute and wait per thread by op type", [&](Gnuplot& gp) {
             gp << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8\n"
                   "set boxwidth 0.7\nset ylabel 'ms'\nset xtics rotate by -60 font ',7'\n"
@@ -104,7 +110,7 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
             const auto& roof = machine->roofs.back();
             std::vector<std::tuple<double, double, std::string>> pts;
             for (const auto& r : rl.rows)
-                if (num(r[4]) > 0 && num(r[5]) > 0) pts.emplace_back(num(r[4]), num(r[5]), r[0].get<std::string>());
+                if (num(r[4]) > 0 && num(r[5]) > 0) pts.emplace_back(num(r[4]), num(r[5]), gnuplot_label(r[0].get<std::string>()));
             figs.push_back(p.draw("roofline", "Roofline (" + std::to_string(roof.threads) + " threads)", [&](Gnuplot& gp) {
                 gp << "set logscale xy\nset xlabel 'FLOPs per byte'\nset ylabel 'GFLOP/s'\nset xrange [0.01:1000]\n"
                       "roof(x) = (" << roof.triad_gbs << " * x < " << roof.peak_gflops << ") ? " << roof.triad_gbs

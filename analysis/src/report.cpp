@@ -8,29 +8,18 @@
 #include "profinfer/dag.h"
 #include "profinfer/error.h"
 #include "profinfer/figures.h"
+#include "profinfer/output_file.h"
+#include "profinfer/text_escape.h"
 #include "profinfer/roofline.h"
 #include "profinfer/run_summary.h"
 #include "profinfer/stats.h"
+#include "profinfer/store.h"
 
 namespace fs = std::filesystem;
 
 namespace profinfer {
 
 namespace {
-
-std::string escape(const std::string& s) {
-    std::string o;
-    for (char c : s) {
-        switch (c) {
-            case '<': o += "&lt;"; break;
-            case '>': o += "&gt;"; break;
-            case '&': o += "&amp;"; break;
-            case '"': o += "&quot;"; break;
-            default: o += c;
-        }
-    }
-    return o;
-}
 
 std::string base64(const std::string& in) {
     static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -58,7 +47,7 @@ std::string slurp(const fs::path& p) {
 std::string html_table(const Table& t, size_t max_rows) {
     std::ostringstream o;
     o << "<table><tr>";
-    for (const auto& c : t.columns) o << "<th>" << escape(c) << "</th>";
+    for (const auto& c : t.columns) o << "<th>" << html_escape(c) << "</th>";
     o << "</tr>\n";
     for (size_t i = 0; i < t.rows.size() && i < max_rows; ++i) {
         o << "<tr>";
@@ -71,7 +60,7 @@ std::string html_table(const Table& t, size_t max_rows) {
             } else {
                 s = v.is_string() ? v.get<std::string>() : v.dump();
             }
-            o << "<td>" << escape(s) << "</td>";
+            o << "<td>" << html_escape(s) << "</td>";
         }
         o << "</tr>\n";
     }
@@ -79,25 +68,24 @@ std::string html_table(const Table& t, size_t max_rows) {
     return o.str();
 }
 
-// Graphviz's SVG for DOT, inline; empty if dot is missing.
-std::string dot_svg(const std::string& dot, const fs::path& tmp) {
-    std::ofstream(tmp) << dot;
-    std::string cmd = "dot -Tsvg '" + tmp.string() + "' 2>/dev/null";
-    std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-    std::string svg;
-    char buf[4096];
-    size_t n;
-    while (p && (n = fread(buf, 1, sizeof buf, p.get())) > 0) svg.append(buf, n);
-    auto start = svg.find("<svg");
-    return start == std::string::npos ? "" : svg.substr(start);
+// Graphviz's SVG for DOT, inline.
+std::string inline_svg(const std::string& dot) {
+    std::string svg = render_svg(dot);
+    return svg.substr(svg.find("<svg"));
 }
 
 std::string run_section(const fs::path& db, const MachineBench* machine, const fs::path& work) {
     std::ostringstream o;
     auto summary = RunSummary::load(db);
-    o << "<section><h2>" << escape(db.filename().string()) << "</h2>\n<pre>" << escape(summary.to_text()) << "</pre>\n";
+    o << "<section><h2>" << html_escape(db.filename().string()) << "</h2>\n";
+    {
+        store::Database d(db, store::Database::Mode::ReadOnly);
+        std::string warning = store::health_warning(db.filename(), store::run_health(d));
+        if (!warning.empty()) o << "<p class=\"warn\"><strong>" << html_escape(warning) << "</strong></p>\n";
+    }
+    o << "<pre>" << html_escape(summary.to_text()) << "</pre>\n";
     if (summary.op_records == 0) {
-        o << "<p>No operator records (recorded at --level " << escape(summary.meta["level"]) << ").</p></section>\n";
+        o << "<p>No operator records (recorded at --level " << html_escape(summary.meta["level"]) << ").</p></section>\n";
         return o.str();
     }
     o << "<h3>Top operators</h3>\n" << html_table(stats_table(db, "op"), 15);
@@ -108,16 +96,16 @@ std::string run_section(const fs::path& db, const MachineBench* machine, const f
         for (const auto& n : dag.nodes) max_layer = std::max(max_layer, n.layer);
         Dag block = dag.filtered(max_layer / 2, "attn");
         o << "<h3>DAG: attention block of layer " << max_layer / 2 << ", call " << dag.call
-          << " (colour: time)</h3>\n<div class=\"dag\">" << dot_svg(block.to_dot(Dag::Colour::Time), work / "dag.dot")
+          << " (colour: time)</h3>\n<div class=\"dag\">" << inline_svg(block.to_dot(Dag::Colour::Time))
           << "</div>\n";
     } catch (const Error& e) {
-        o << "<p>No DAG: " << escape(e.what()) << "</p>\n";
+        o << "<p>No DAG: " << html_escape(e.what()) << "</p>\n";
     }
     for (const auto& f : draw_figures(db, work / "figures", machine))
-        o << "<h3>" << escape(f.title) << "</h3>\n<img alt=\"" << escape(f.title) << "\" src=\"data:image/png;base64,"
+        o << "<h3>" << html_escape(f.title) << "</h3>\n<img alt=\"" << html_escape(f.title) << "\" src=\"data:image/png;base64,"
           << base64(slurp(f.png)) << "\">\n";
     if (machine) {
-        o << "<h3>Roofline (" << escape(machine->cpu) << ")</h3>\n";
+        o << "<h3>Roofline (" << html_escape(machine->cpu) << ")</h3>\n";
         o << "<p>Roofs: ";
         for (const auto& r : machine->roofs)
             o << r.threads << " threads: " << r.triad_gbs << " GB/s, " << r.peak_gflops << " GFLOP/s; ";
@@ -131,7 +119,7 @@ std::string run_section(const fs::path& db, const MachineBench* machine, const f
 
 }  // namespace
 
-void write_report(const fs::path& input, const fs::path& out, const fs::path& machine_file) {
+std::vector<fs::path> report_inputs(const fs::path& input) {
     std::vector<fs::path> dbs;
     if (fs::is_directory(input)) {
         for (const auto& e : fs::recursive_directory_iterator(input))
@@ -141,21 +129,24 @@ void write_report(const fs::path& input, const fs::path& out, const fs::path& ma
     } else {
         dbs.push_back(input);
     }
+    return dbs;
+}
+
+void write_report(const fs::path& input, const fs::path& out, const fs::path& machine_file) {
+    std::vector<fs::path> dbs = report_inputs(input);
     std::unique_ptr<MachineBench> machine;
     if (fs::exists(machine_file)) machine = std::make_unique<MachineBench>(MachineBench::load(machine_file));
-    fs::path work = fs::temp_directory_path() / ("profinfer-report-" + std::to_string(getpid()));
-    fs::create_directories(work);
+    PrivateTempDir work("profinfer-report");
     std::ostringstream body;
-    for (const auto& db : dbs) body << run_section(db, machine.get(), work);
-    fs::remove_all(work);
-    std::ofstream f(out);
-    if (!f) throw Error("cannot write " + out.string());
-    f << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>profinfer report</title>\n<style>\n"
+    for (const auto& db : dbs) body << run_section(db, machine.get(), work.path());
+    OutputFile file(out);
+    file.stream() << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>profinfer report</title>\n<style>\n"
          "body{font-family:'DejaVu Sans',sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
          "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}"
          "pre{background:#f6f6f6;padding:1em}img{max-width:100%}.dag svg{max-width:100%;height:auto}\n"
          "</style></head><body>\n<h1>profinfer report</h1>\n"
       << body.str() << "</body></html>\n";
+    file.commit();
 }
 
 }  // namespace profinfer

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profinfer/error.h"
+#include "profinfer/subprocess.h"
 
 namespace fs = std::filesystem;
 
@@ -14,16 +15,15 @@ namespace profinfer {
 
 namespace {
 
-std::string run_and_read_line(const std::string& cmd) {
-    std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-    if (!p) throw_errno("running " + cmd);
-    std::array<char, 4096> buf{};
-    std::string out;
-    while (fgets(buf.data(), buf.size(), p.get())) out += buf.data();
-    int status = pclose(p.release());
+// The script prints the manifest's path on its last line.
+std::string run_and_read_line(const std::vector<std::string>& argv) {
+    ProcessResult r = run_process(argv);
+    std::string out = r.out;
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (status != 0 || out.empty())
-        throw Error("'" + cmd + "' failed (exit status " + std::to_string(status) + ")");
+    if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
+    if (r.status != 0 || out.empty())
+        throw Error("'" + argv[0] + " " + argv[1] + " " + argv[2] + "' failed (exit status " + std::to_string(r.status) + ")" +
+                    (r.err.empty() ? "" : ": " + r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1)));
     return out;
 }
 
@@ -60,9 +60,7 @@ LlamaInstall LlamaInstall::from_manifest(const fs::path& manifest) {
 }
 
 LlamaInstall LlamaInstall::locate(const std::string& flavour, bool build) {
-    std::string script = PROFINFER_LLAMA_SCRIPT;
-    std::string cmd = script + (build ? " ensure " : " manifest ") + flavour;
-    return from_manifest(run_and_read_line(cmd));
+    return from_manifest(run_and_read_line({PROFINFER_LLAMA_SCRIPT, build ? "ensure" : "manifest", flavour}));
 }
 
 }  // namespace profinfer

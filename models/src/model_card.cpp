@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <tuple>
 #include <toml++/toml.h>
 
 #include "profinfer/error.h"
@@ -110,6 +111,18 @@ ModelCard ModelCard::load(const std::string& name_or_file, Scale scale) {
     auto fail = [&](const std::string& why) { throw Error(file.string() + ": " + why); };
     if (!c.hidden || !c.layers || !c.heads || !c.kv_heads || !c.head_dim || !c.ffn)
         fail("hidden, layers, heads, kv_heads, head_dim and ffn must be positive");
+    // Bounds well above any real model, so that a typo cannot fill the disk.
+    for (auto [key, v, max] : {std::tuple{"hidden", c.hidden, 1u << 17}, std::tuple{"layers", c.layers, 1024u},
+                               std::tuple{"heads", c.heads, 1024u}, std::tuple{"kv_heads", c.kv_heads, 1024u},
+                               std::tuple{"head_dim", c.head_dim, 2048u}, std::tuple{"ffn", c.ffn, 1u << 19},
+                               std::tuple{"vocab", c.vocab, 1u << 22}, std::tuple{"context", c.context, 1u << 24},
+                               std::tuple{"experts", c.experts, 1024u}, std::tuple{"expert_ffn", c.expert_ffn, 1u << 19},
+                               std::tuple{"shared_expert_ffn", c.shared_expert_ffn, 1u << 19}})
+        if (v > max) fail(std::string(key) + " = " + std::to_string(v) + " is above the limit " + std::to_string(max));
+    const double per_layer = 2.0 * c.hidden * (double(c.heads) + c.kv_heads) * c.head_dim +
+                             3.0 * c.hidden * (moe ? double(c.experts) * c.expert_ffn + c.shared_expert_ffn : double(c.ffn));
+    const double params = double(c.layers) * per_layer + 2.0 * double(c.vocab) * c.hidden;
+    if (params > 1e12) fail("the card describes " + std::to_string(params / 1e9) + " billion parameters; the limit is 1000");
     if (c.heads % c.kv_heads) fail("heads must be a multiple of kv_heads");
     if (c.vocab < 259) fail("vocab must hold at least the 3 special and 256 byte tokens (259)");
     if (moe && (c.experts_used == 0 || c.experts_used > c.experts)) fail("experts_used must be in [1, experts]");

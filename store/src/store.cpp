@@ -1,5 +1,10 @@
 #include "profinfer/store.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "profinfer/error.h"
 
 namespace profinfer::store {
@@ -18,6 +23,65 @@ const char* to_string(RunStatus s) {
         case RunStatus::Failed: return "failed";
     }
     return "?";
+}
+
+uint64_t process_start_time(int pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) return 0;
+    auto close = line.rfind(')');  // comm may hold spaces and parentheses
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && rest >> field; ++i)
+        if (i == 22) return std::stoull(field);
+    return 0;
+}
+
+namespace {
+// The event kinds that are whole records (the rest are data cut inside records).
+bool is_record_kind(const std::string& k) {
+    for (const char* r : {"token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup"})
+        if (k == r) return true;
+    return false;
+}
+}  // namespace
+
+RunHealth run_health(Database& db) {
+    RunHealth h;
+    auto meta = db.meta();
+    if (!meta["events_version"].empty() && std::stoi(meta["events_version"]) > kEventsVersion)
+        throw Error(db.path().string() + " was recorded with event format " + meta["events_version"] +
+                    "; this profinfer reads up to " + std::to_string(kEventsVersion) + ": use a newer profinfer");
+    h.status = meta["status"];
+    h.reason = meta["error"];
+    if (h.status == to_string(RunStatus::Running)) {
+        char host[256] = {};
+        gethostname(host, sizeof host - 1);
+        const bool here = meta["host"] == host;
+        const std::string pid = meta["recorder_pid"], start = meta["recorder_start"];
+        if (here && !pid.empty() && std::to_string(process_start_time(std::stoi(pid))) != start) {
+            h.status = to_string(RunStatus::Incomplete);
+            h.reason = "the recorder (pid " + pid + ") ended without finishing the database";
+        }
+    }
+    Statement st(db.handle(), "SELECT kind, count FROM lost_events WHERE count > 0");
+    while (st.step()) {
+        h.losses[st.column_text(0)] = st.column_int(1);
+        if (is_record_kind(st.column_text(0))) h.lost_records += st.column_int(1);
+    }
+    return h;
+}
+
+std::string health_warning(const std::filesystem::path& path, const RunHealth& h) {
+    std::string w;
+    if (h.status != to_string(RunStatus::Complete))
+        w = "the run is " + h.status + (h.reason.empty() ? "" : " (" + h.reason + ")");
+    std::string lost;
+    for (const auto& [k, n] : h.losses) lost += (lost.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+    if (!lost.empty()) w += (w.empty() ? "" : "; ") + std::string("lost or cut: ") + lost;
+    if (w.empty()) return w;
+    return "profinfer: warning: " + path.string() + ": " + w + " — results cover only what was recorded";
 }
 
 Statement::Statement(sqlite3* db, const char* sql) : db_(db) {
@@ -53,7 +117,8 @@ bool Statement::column_is_null(int i) const { return sqlite3_column_type(st_, i)
 
 Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
     if (mode == Mode::ReadOnly && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
-    int flags = mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    int flags = mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
+                                       : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW);
     if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
         std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
         sqlite3_close(db_);

@@ -1,6 +1,8 @@
 // profinfer record on the real llama.cpp: token level, launch mode.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "profinfer/run_summary.h"
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -47,8 +49,9 @@ TEST(RecordToken, NonLlamaProcessFailsClearly) {
     TempDir d;
     auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", "/bin/true"});
     expect_one_line_failure(r, "never loaded libllama");
-    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db.meta()["status"], "failed");
+    // Nothing was recorded, so nothing is left that would block a retry with the same -o.
+    EXPECT_FALSE(fs::exists(d / "run.db"));
+    EXPECT_FALSE(fs::exists(d / "run.db-wal"));
 }
 
 TEST(RecordToken, WrongPidAndMissingCommandFailClearly) {
@@ -66,5 +69,12 @@ TEST(RecordToken, RefusesToOverwriteADatabase) {
     { store::Database db(d / "x.db", store::Database::Mode::Create); }
     auto r = run({profinfer_bin(), "record", "-o", d / "x.db", "--", "/bin/true"});
     EXPECT_NE(r.status, 0);
-    EXPECT_NE(r.err.find("already holds a database"), std::string::npos) << r.err;
+    expect_one_line_failure(r, "already exists");
+    // An empty file and a symlink, dangling or not, are refused alike: never followed.
+    std::ofstream(d / "empty.db").close();
+    expect_one_line_failure(run({profinfer_bin(), "record", "-o", d / "empty.db", "--", "/bin/true"}), "already exists");
+    fs::create_symlink(d / "elsewhere.db", d / "dangling.db");
+    expect_one_line_failure(run({profinfer_bin(), "record", "-o", d / "dangling.db", "--", "/bin/true"}),
+                            "already exists (as a symlink)");
+    EXPECT_FALSE(fs::exists(d / "elsewhere.db"));
 }

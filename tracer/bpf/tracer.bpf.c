@@ -36,8 +36,13 @@ struct {
 	__uint(max_entries, 1);
 } counters SEC(".maps");
 
-/* Records that could not be reserved, per event kind; read at the end of the run. */
+/* Records that could not be reserved, per event kind, and data cut or left out, per
+ * reason (pi_drop_kind); user space stores both with every commit. */
 __u64 lost_events[PI_EV_KIND_MAX] = {};
+__u64 dropped[PI_DROP_KIND_MAX] = {};
+/* SIGSTOPs sent at loader stops: user space resumes the target as often as it sees
+ * this move, and once more on every exit path if it moved since. */
+__u64 library_stops = 0;
 /* Operator probes are live only while this is set (the QoS controller clears it
  * between detaching and re-attaching them). */
 bool ops_enabled = true;
@@ -216,10 +221,15 @@ static __always_inline void read_counters(__u64 *out)
 		if (c >= n_counters)
 			break;
 		struct bpf_perf_event_value v = {};
-		if (bpf_perf_event_read_value(&counters, c * n_cpus + cpu, &v, sizeof(v)) == 0)
-			out[c] = v.counter;
-		else
+		if (bpf_perf_event_read_value(&counters, c * n_cpus + cpu, &v, sizeof(v)) != 0) {
 			out[c] = ~0ULL;
+		} else if (v.enabled != v.running) {
+			/* Multiplexed: a delta of two unscaled reads is not the node's count. */
+			out[c] = ~0ULL;
+			__sync_fetch_and_add(&dropped[PI_DROP_MULTIPLEXED], 1);
+		} else {
+			out[c] = v.counter;
+		}
 	}
 }
 
@@ -376,6 +386,9 @@ static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *
 		n = i + 1;
 	}
 	ev->n_ids = n;
+	__u64 all = (__u64)ne[0] * (__u64)ne[1];
+	if (all > n)
+		__sync_fetch_and_add(&dropped[PI_DROP_EXPERT_IDS], all - n);
 	submit(ev);
 }
 
@@ -414,8 +427,10 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 		struct thread_state zero = { .tid = tid, .tgid = pid_tgid >> 32 };
 		bpf_map_update_elem(&thread_states, &tid, &zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&thread_states, &tid);
-		if (!st)
+		if (!st) {
+			__sync_fetch_and_add(&dropped[PI_DROP_THREAD_SLOTS], 1);
 			return;
+		}
 	}
 	if (st->active)
 		emit_op(st, now);
@@ -586,6 +601,26 @@ int BPF_KPROBE(dl_debug_state)
 		ev->ts_ns = bpf_ktime_get_ns();
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP); /* the target waits, stopped */
 	}
-	bpf_send_signal(19 /* SIGSTOP */);
+	if (bpf_send_signal(19 /* SIGSTOP */) == 0)
+		__sync_fetch_and_add(&library_stops, 1);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- thread exit */
+
+/* A thread's slots go with it: the release builds start a worker thread per graph, so a
+ * long-running server would otherwise fill the maps with dead threads. A worker exits
+ * before its graph returns: its last node ends here. Runs in the exiting thread. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(thread_exit, struct task_struct *p)
+{
+	if (p->tgid != target_tgid)
+		return 0;
+	__u32 tid = p->pid;
+	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
+	if (st && st->active)
+		emit_op(st, bpf_ktime_get_ns());
+	bpf_map_delete_elem(&thread_states, &tid);
+	bpf_map_delete_elem(&decode_entries, &tid);
 	return 0;
 }

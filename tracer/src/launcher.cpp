@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,11 +21,26 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv) {
     pid_ = fork();
     if (pid_ < 0) throw_errno("fork");
     if (pid_ == 0) {
+        // If profinfer dies however it dies (kill -9, OOM) once the command runs, the
+        // command must not stay stopped at a loader stop of ours: SIGCONT is harmless to a
+        // running process, it survives exec, and the kernel sends it before it checks the
+        // orphaned process group for stopped members (which would get SIGHUP otherwise).
+        prctl(PR_SET_PDEATHSIG, SIGCONT);
+        // The command gets the signal handling it would have had without us.
+        for (int sig = 1; sig < NSIG; ++sig)
+            if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
         ::close(gate[1]);
         ::close(status[0]);
-        char c;
-        while (::read(gate[0], &c, 1) < 0 && errno == EINTR) {
+        // Only an explicit go runs the command: if profinfer dies before the probes are in
+        // place, the pipe just closes and the command never starts untraced.
+        char c = 0;
+        ssize_t n;
+        while ((n = ::read(gate[0], &c, 1)) < 0 && errno == EINTR) {
         }
+        if (n != 1 || c != 'g') _exit(kNotReleased);
         std::vector<char*> args;
         for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
@@ -42,15 +58,17 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv) {
 LaunchedProcess::~LaunchedProcess() {
     if (gate_fd_ >= 0) ::close(gate_fd_);
     if (status_fd_ >= 0) ::close(status_fd_);
-    if (pid_ > 0 && !exit_status_) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-    }
+    // A command that never ran sees the gate close and exits by itself; a running one
+    // goes on (it is the user's, and is no longer ours to stop).
+    if (pid_ > 0 && !exit_status_ && !released_) waitpid(pid_, nullptr, 0);
 }
 
 void LaunchedProcess::release() {
+    const char go = 'g';
+    if (::write(gate_fd_, &go, 1) != 1) throw_errno("releasing " + program_);
     ::close(gate_fd_);
     gate_fd_ = -1;
+    released_ = true;
     int err = 0;
     ssize_t n;
     while ((n = ::read(status_fd_, &err, sizeof err)) < 0 && errno == EINTR) {

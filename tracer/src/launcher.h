@@ -17,6 +17,11 @@ public:
     LaunchedProcess& operator=(const LaunchedProcess&) = delete;
 
     pid_t pid() const { return pid_; }
+    // Whether the command runs (release() succeeded): from then on it is the user's
+    // process, which profinfer never kills on its own account.
+    bool released() const { return released_; }
+    // Exit status of a child that was never released.
+    static constexpr int kNotReleased = 125;
     // Lets the child exec; if exec fails, throws with the reason.
     void release();
     // The exit status (shell convention: 128+signal when killed), once it has exited.
@@ -29,6 +34,7 @@ private:
     int gate_fd_ = -1;    // write end: closing it lets the child go on
     int status_fd_ = -1;  // read end: the child writes errno here if exec fails
     std::optional<int> exit_status_;
+    bool released_ = false;
     std::string program_;
 };
 

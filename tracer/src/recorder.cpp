@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <signal.h>
 #include <sys/utsname.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,9 +23,11 @@
 #include "launcher.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
+#include "profinfer/output_file.h"
 #include "profinfer/store.h"
 #include "struct_layout.h"
 #include "target.h"
+#include "target_guardian.h"
 #include "trace_writer.h"
 #include "tracer_bpf.skel.h"
 
@@ -50,12 +53,62 @@ const char* to_string(TraceLevel l) {
     return "?";
 }
 
+SchedPeers parse_sched_peers(const std::string& s) {
+    if (s == "none") return SchedPeers::None;
+    if (s == "comm") return SchedPeers::Comm;
+    if (s == "full") return SchedPeers::Full;
+    throw Error("unknown --sched-peers '" + s + "' (none, comm, full)");
+}
+
+const char* to_string(SchedPeers p) {
+    switch (p) {
+        case SchedPeers::None: return "none";
+        case SchedPeers::Comm: return "comm";
+        case SchedPeers::Full: return "full";
+    }
+    return "?";
+}
+
 const char* const kDefaultCounters = "cycles,stalled-cycles-backend,cache-misses,major-faults,minor-faults,task-clock";
+
+static_assert(PI_EVENTS_VERSION == store::kEventsVersion, "the store must know the event format it holds");
 
 namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Installed before anything else happens: a ^C or SIGTERM while the BPF objects load
+// must reach our cleanup (which resumes or releases the target), not kill us mid-way.
+void install_stop_handlers() {
+    struct sigaction sa{};
+    sa.sa_handler = on_stop_signal;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+// The stop signal, if one arrived, as an error: used before the command starts.
+void throw_if_stopped(const char* when) {
+    if (int sig = g_stop_signal.load())
+        throw Error(std::string("interrupted by ") + strsignal(sig) + " " + when);
+}
+
+// Checks a launch command before anything is created: the same PATH lookup execvp does.
+void check_command(const std::string& program) {
+    auto runnable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
+    if (program.find('/') != std::string::npos) {
+        if (!runnable(program)) throw Error("cannot run " + program + ": " + std::strerror(errno ? errno : EACCES));
+        return;
+    }
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t a = 0, b; a <= dirs.size(); a = b + 1) {
+        b = dirs.find(':', a);
+        if (b == std::string::npos) b = dirs.size();
+        fs::path dir = dirs.substr(a, b - a);
+        if (runnable((dir.empty() ? fs::path(".") : dir) / program)) return;
+    }
+    throw Error("cannot run " + program + ": not found in PATH");
+}
 
 // Which probes the operator level uses for a libggml-cpu, chosen per binary.
 enum class OpStrategy { None, ComputeForward, NodeHooks };
@@ -123,6 +176,15 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
     return vfprintf(stderr, fmt, args);
 }
 
+const char* drop_name(uint32_t kind) {
+    switch (kind) {
+        case PI_DROP_EXPERT_IDS: return "expert_ids_truncated";
+        case PI_DROP_THREAD_SLOTS: return "thread_slots_full";
+        case PI_DROP_MULTIPLEXED: return "counter_reads_multiplexed";
+    }
+    return "unknown";
+}
+
 const char* kind_name(uint32_t kind) {
     switch (kind) {
         case PI_EV_TOKEN: return "token";
@@ -176,8 +238,13 @@ private:
 class Recorder {
 public:
     explicit Recorder(const RecordOptions& o)
-        : opts_(o), db_(o.output, store::Database::Mode::Create), layout_(GgmlLayout::builtin()), qos_(o.qos_min_tps) {
+        : opts_(o), db_(create_store(o.output)), layout_(GgmlLayout::builtin()), qos_(o.qos_min_tps) {
         set_meta("status", store::to_string(store::RunStatus::Running));
+        // Who is writing: a reader that finds the run still "running" with this process
+        // gone knows the recording ended without its bookkeeping (store::recorder_alive).
+        set_meta("recorder_pid", std::to_string(getpid()));
+        set_meta("recorder_start", std::to_string(store::process_start_time(getpid())));
+        set_meta("sched_peers", to_string(o.sched_peers));
         set_meta("level", to_string(o.level));
         set_meta("board", o.board);
         set_meta("events_version", std::to_string(PI_EVENTS_VERSION));
@@ -193,25 +260,28 @@ public:
         if (o.qos_min_tps > 0) set_meta("qos_min_tps", std::to_string(o.qos_min_tps));
     }
 
+    // Every way out passes here: the probes go, then the target goes on.
     ~Recorder() {
-        for (auto& a : attached_) bpf_link__destroy(a.link);
+        release_target();
         ring_buffer__free(rb_);
         tracer_bpf__destroy(skel_);
+        guardian_.reset();
     }
 
     int run() {
         if (opts_.pid) {
             pid_ = *opts_.pid;
-            if (*opts_.pid <= 0 || !process_exists(pid_)) throw Error("no process with pid " + std::to_string(pid_));
             set_meta("command", read_cmdline(pid_));
         } else {
             child_ = std::make_unique<LaunchedProcess>(opts_.command);
             pid_ = child_->pid();
         }
         set_meta("pid", std::to_string(pid_));
+        guardian_ = std::make_unique<TargetGuardian>(pid_, opts_.output);
+        throw_if_stopped("before recording started");
         open_counters();
         load_bpf();
-        writer_ = std::make_unique<TraceWriter>(db_, layout_);
+        writer_ = std::make_unique<TraceWriter>(*db_, layout_, opts_.sched_peers);
         attach_loader_watch();
         if (opts_.pid) {
             attach_new_libraries();
@@ -219,20 +289,34 @@ public:
                 throw Error("process " + std::to_string(pid_) + " (" + process_comm(pid_) +
                             ") has not loaded libllama: is it a llama.cpp program?");
         } else {
+            throw_if_stopped("before the command started; it was not run");
             child_->release();
         }
-        install_signal_handlers();
         int status = poll_until_exit();
         return finish(status);
     }
 
+    // Recording cannot go on. The target is never harmed: the probes go and it runs on
+    // (a launched command that already runs is the user's, not ours to kill). A run that
+    // recorded nothing leaves no database, so the same -o works for the retry; one that
+    // did is kept, marked incomplete, with the reason.
     void fail(const std::string& why) {
+        release_target();
         try {
-            if (child_) child_->signal(SIGKILL);
             if (writer_) writer_->commit();
-            set_meta("error", why);
-            set_meta("status", store::to_string(store::RunStatus::Failed));
         } catch (...) {
+        }
+        if (events_recorded() == 0) {
+            db_.reset();
+            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(opts_.output.string() + suffix);
+            return;
+        }
+        try {
+            store_loss_counts();
+            set_meta("error", why);
+            set_meta("status", store::to_string(store::RunStatus::Incomplete));
+        } catch (...) {
+            // A full disk may refuse even this; readers still see the recorder gone.
         }
     }
 
@@ -243,9 +327,54 @@ private:
         fs::path lib;
     };
 
+    static std::unique_ptr<store::Database> create_store(const fs::path& path) {
+        create_private_file(path);
+        try {
+            return std::make_unique<store::Database>(path, store::Database::Mode::Create);
+        } catch (...) {
+            fs::remove(path);
+            throw;
+        }
+    }
+
     void set_meta(const std::string& k, const std::string& v) {
-        store::Statement st(db_.handle(), "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+        store::Statement st(db_->handle(), "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
         st.bind(1, k).bind(2, v).run();
+    }
+
+    uint64_t events_recorded() const {
+        uint64_t n = 0;
+        if (writer_)
+            for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) n += writer_->count(k);
+        return n;
+    }
+
+    // Detaches every probe, then resumes the target if a loader stop of ours may still
+    // hold it. Safe to call more than once.
+    void release_target() {
+        for (auto& a : attached_) bpf_link__destroy(a.link);
+        attached_.clear();
+        if (skel_ && pid_ > 0 && skel_->bss->library_stops != stops_resumed_) {
+            stops_resumed_ = skel_->bss->library_stops;
+            kill(pid_, SIGCONT);
+        }
+    }
+
+    // Lost and cut data, per kind, as of now: stored with every commit, so a run that
+    // ends badly still says what it is missing.
+    void store_loss_counts() {
+        store::Statement st(db_->handle(), "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)");
+        for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k)
+            st.bind(1, std::string(kind_name(k))).bind(2, int64_t(skel_->bss->lost_events[k])).run();
+        for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
+            st.bind(1, std::string(drop_name(k))).bind(2, int64_t(skel_->bss->dropped[k])).run();
+        st.bind(1, std::string("malformed")).bind(2, int64_t(writer_->malformed())).run();
+    }
+
+    void commit() {
+        writer_->begin();
+        store_loss_counts();
+        writer_->commit();
     }
 
     void open_counters() {
@@ -253,7 +382,7 @@ private:
         std::string list = opts_.counters.empty() ? kDefaultCounters : opts_.counters;
         n_cpus_ = libbpf_num_possible_cpus();
         counters_ = std::make_unique<PerCpuCounters>(split_counter_list(list), n_cpus_);
-        store::Statement st(db_.handle(),
+        store::Statement st(db_->handle(),
                             "INSERT INTO counters(idx, name, perf_type, config, available, reason) VALUES (?,?,?,?,?,?)");
         int idx = 0;
         std::string unavailable;
@@ -300,7 +429,8 @@ private:
                     throw_errno("installing counter " + counters_->active()[c]->name);
             }
         for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
-                                  std::pair{skel_->progs.sched_wakeup, "sched_wakeup"}}) {
+                                  std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
+                                  std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
             if (bpf_program__autoload(prog)) {
                 bpf_link* l = bpf_program__attach(prog);
                 record_probe(name, "", "tp_btf", l != nullptr, l ? "" : std::strerror(errno));
@@ -321,7 +451,7 @@ private:
 
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
                       const std::string& reason) {
-        store::Statement st(db_.handle(),
+        store::Statement st(db_->handle(),
                             "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)");
         st.bind(1, symbol).bind(2, lib).bind(3, std::string(kind)).bind(4, int64_t{ok});
         ok ? st.bind_null(5) : st.bind(5, reason);
@@ -377,7 +507,7 @@ private:
         for (const auto& lib : fresh) {
             elf[lib.path] = std::make_shared<ElfSymbols>(lib.path);
             debug_info_[lib.path] = elf[lib.path]->has_debug_info();
-            store::Statement st(db_.handle(),
+            store::Statement st(db_->handle(),
                                 "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
             st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf[lib.path]->build_id());
             st.bind(4, int64_t{debug_info_[lib.path]}).run();
@@ -477,16 +607,27 @@ private:
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);  // the clock of bpf_ktime_get_ns: when it took effect
         const int64_t ts = int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-        store::Statement st(db_.handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
+        store::Statement st(db_->handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
         st.bind(1, ts).bind(2, std::string(action == QosController::Action::Attach ? "attach" : "detach"));
         st.bind(3, qos_.tps()).run();
     }
 
-    void install_signal_handlers() {
-        struct sigaction sa{};
-        sa.sa_handler = on_stop_signal;
-        sigaction(SIGINT, &sa, nullptr);
-        sigaction(SIGTERM, &sa, nullptr);
+    // The consumer cannot store what the probes send (a full disk, a layout that reads
+    // garbage): recording stops, the target goes on untraced and is waited for as usual.
+    void stop_recording(const std::string& why) {
+        recording_error_ = why;
+        release_target();
+        try {
+            writer_->commit();
+        } catch (...) {
+        }
+        try {
+            commit();
+            set_meta("error", why);
+            set_meta("status", store::to_string(store::RunStatus::Incomplete));
+        } catch (...) {
+            // Even that may not fit on a full disk; readers see the recorder gone.
+        }
     }
 
     // Returns the target's exit status (launch) or -1 (attached process, or detached).
@@ -496,20 +637,31 @@ private:
         std::optional<clock::time_point> forwarded_at;
         uint64_t lost_library_seen = 0;
         for (;;) {
-            int n = ring_buffer__poll(rb_, 50);
-            if (n == 0) n = ring_buffer__consume(rb_);  // records handed over without a wakeup
-            if (!consumer_error_.empty()) throw Error(consumer_error_);
-            if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
-            // If the loader-stop record was lost, the target sits stopped: notice it anyway.
-            uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
-            if (lost_lib != lost_library_seen) library_changed_ = true, lost_library_seen = lost_lib;
-            if (library_changed_) {
-                library_changed_ = false;
-                attach_new_libraries();
-                kill(pid_, SIGCONT);
+            if (recording_error_.empty()) {
+                int n = ring_buffer__poll(rb_, 50);
+                if (n == 0 && consumer_error_.empty()) n = ring_buffer__consume(rb_);  // handed over without a wakeup
+                try {
+                    if (!consumer_error_.empty()) throw Error(consumer_error_);
+                    if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
+                    // If the loader-stop record was lost, the target sits stopped: notice it anyway.
+                    uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
+                    if (lost_lib != lost_library_seen) library_changed_ = true, lost_library_seen = lost_lib;
+                    if (library_changed_) {
+                        library_changed_ = false;
+                        uint64_t stops = skel_->bss->library_stops;
+                        attach_new_libraries();
+                        stops_resumed_ = stops;
+                        kill(pid_, SIGCONT);
+                    }
+                    apply_qos();
+                    if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
+                } catch (const Error& e) {
+                    if (!child_) throw;  // an attached process: release it (the guard does) and say why
+                    stop_recording(e.what());
+                }
+            } else {
+                poll(nullptr, 0, 50);
             }
-            apply_qos();
-            if (clock::now() - last_commit > std::chrono::milliseconds(250)) writer_->commit(), last_commit = clock::now();
             if (int sig = g_stop_signal.load()) {
                 if (!child_) {
                     interrupted_by_ = sig;
@@ -533,30 +685,27 @@ private:
     }
 
     int finish(int status) {
+        if (!recording_error_.empty())
+            throw Error(recording_error_ + (child_ ? " (recording stopped; the command ran on untraced)" : ""));
         ring_buffer__consume(rb_);
         if (!consumer_error_.empty()) throw Error(consumer_error_);
+        release_target();
         writer_->begin();
+        store_loss_counts();
         uint64_t lost_total = 0;
-        {
-            store::Statement st(db_.handle(), "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)");
-            for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) {
-                uint64_t n = skel_->bss->lost_events[k];
-                lost_total += n;
-                st.bind(1, std::string(kind_name(k))).bind(2, int64_t(n)).run();
-            }
-            if (writer_->malformed()) st.bind(1, std::string("malformed")).bind(2, int64_t(writer_->malformed())).run();
-        }
+        for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) lost_total += skel_->bss->lost_events[k];
         bool killed = status > 128;
-        store::RunStatus rs = (interrupted_by_ || killed) ? store::RunStatus::Incomplete : store::RunStatus::Complete;
+        store::RunStatus rs =
+            (interrupted_by_ || killed || lost_total) ? store::RunStatus::Incomplete : store::RunStatus::Complete;
         if (status >= 0) set_meta("target_exit_status", std::to_string(status));
         if (interrupted_by_) set_meta("interrupted_by", strsignal(interrupted_by_));
+        if (lost_total) set_meta("error", std::to_string(lost_total) + " records lost (ring buffer full)");
+        // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
+        set_meta("sched_peer_ids_removed", std::to_string(writer_->peers_removed()));
         set_meta("ended_at", std::to_string(std::time(nullptr)));
         set_meta("status", store::to_string(rs));
         writer_->commit();
-        if (!seen_role(LibRole::Llama)) {
-            set_meta("status", store::to_string(store::RunStatus::Failed));
-            throw Error("the target never loaded libllama: is it a llama.cpp program?");
-        }
+        if (!seen_role(LibRole::Llama)) throw Error("the target never loaded libllama: is it a llama.cpp program?");
         if (!opts_.quiet) {
             std::cerr << "profinfer: recorded";
             for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
@@ -565,12 +714,15 @@ private:
             if (lost_total)
                 std::cerr << "profinfer: warning: " << lost_total
                           << " events were lost (ring buffer full): raise --buffer-mb or lower --level\n";
+            for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
+                if (uint64_t n = skel_->bss->dropped[k])
+                    std::cerr << "profinfer: warning: " << n << " " << drop_name(k) << "\n";
         }
         return status > 0 ? status : 0;
     }
 
     RecordOptions opts_;
-    store::Database db_;
+    std::unique_ptr<store::Database> db_;
     GgmlLayout layout_;
     QosController qos_;
     std::unique_ptr<PerCpuCounters> counters_;
@@ -586,7 +738,10 @@ private:
     };
     std::vector<OpLibrary> op_libs_;
     std::unique_ptr<LaunchedProcess> child_;
+    std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;
+    uint64_t stops_resumed_ = 0;  // library_stops when we last sent SIGCONT
+    std::string recording_error_;
     std::map<fs::path, LibRole> libraries_;
     std::map<fs::path, bool> debug_info_;
     size_t dwarf_libs_used_ = 0;
@@ -601,8 +756,16 @@ private:
 }  // namespace
 
 int record(const RecordOptions& opts) {
+    install_stop_handlers();
+    // Everything that can be refused is refused before a database exists.
     if (!opts.pid && opts.command.empty()) throw Error("record needs --pid PID or a command after --");
     if (opts.pid && !opts.command.empty()) throw Error("record takes --pid PID or a command, not both");
+    if (opts.pid && (*opts.pid <= 0 || !process_exists(*opts.pid)))
+        throw Error("no process with pid " + std::to_string(*opts.pid));
+    if (opts.pid && *opts.pid == getpid()) throw Error("profinfer cannot record itself");
+    if (!opts.command.empty()) check_command(opts.command.front());
+    if (opts.buffer_mb < 1 || opts.buffer_mb > 1024 || (opts.buffer_mb & (opts.buffer_mb - 1)))
+        throw Error("--buffer-mb must be a power of two from 1 to 1024 (MiB), not " + std::to_string(opts.buffer_mb));
     Recorder r(opts);
     try {
         return r.run();

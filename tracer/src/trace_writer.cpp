@@ -60,8 +60,19 @@ const T* as(const void* data, size_t size, uint64_t& malformed) {
 
 }  // namespace
 
-TraceWriter::TraceWriter(store::Database& db, const GgmlLayout& layout)
-    : db_(db), layout_(layout), st_(std::make_unique<Statements>(db.handle())) {}
+TraceWriter::TraceWriter(store::Database& db, const GgmlLayout& layout, SchedPeers peers)
+    : db_(db), layout_(layout), peers_(peers), st_(std::make_unique<Statements>(db.handle())) {}
+
+// The other side of a scheduler event is somebody else's thread: keep of it what the
+// user allowed. The idle task (tgid 0) is nobody's.
+TraceWriter::Peer TraceWriter::peer(uint32_t target_tgid, uint32_t tid, uint32_t tgid, const char* comm) {
+    Peer p{int64_t{tid}, int64_t{tgid}, bounded(comm, PI_COMM_LEN)};
+    if (tgid == target_tgid || tgid == 0 || peers_ == SchedPeers::Full) return p;
+    ++peers_removed_;
+    p.tid = p.tgid = -1;
+    if (peers_ == SchedPeers::None) p.comm.clear();
+    return p;
+}
 
 TraceWriter::~TraceWriter() = default;
 
@@ -172,19 +183,22 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_SWITCH: {
             auto* e = as<pi_switch_event>(data, size, malformed_);
             if (!e) return;
+            Peer prev = peer(h->pid, e->prev_tid, e->prev_tgid, e->prev_comm);
+            Peer next = peer(h->pid, e->next_tid, e->next_tgid, e->next_comm);
             auto& s = st_->sw;
-            s.bind(1, i64(e->ts_ns)).bind(2, int64_t{e->h.cpu}).bind(3, int64_t{e->prev_tid}).bind(4, int64_t{e->prev_tgid});
-            s.bind(5, bounded(e->prev_comm, PI_COMM_LEN)).bind(6, int64_t{e->prev_state});
-            s.bind(7, int64_t{e->next_tid}).bind(8, int64_t{e->next_tgid}).bind(9, bounded(e->next_comm, PI_COMM_LEN));
+            s.bind(1, i64(e->ts_ns)).bind(2, int64_t{e->h.cpu}).bind(3, prev.tid).bind(4, prev.tgid);
+            s.bind(5, prev.comm).bind(6, int64_t{e->prev_state});
+            s.bind(7, next.tid).bind(8, next.tgid).bind(9, next.comm);
             s.bind(10, int64_t{e->preempt}).run();
             break;
         }
         case PI_EV_WAKEUP: {
             auto* e = as<pi_wakeup_event>(data, size, malformed_);
             if (!e) return;
+            Peer waker = peer(h->pid, e->waker_tid, e->waker_tgid, e->waker_comm);
             auto& s = st_->wake;
             s.bind(1, i64(e->ts_ns)).bind(2, int64_t{e->h.cpu}).bind(3, int64_t{e->h.tid}).bind(4, int64_t{e->target_cpu});
-            s.bind(5, int64_t{e->waker_tid}).bind(6, int64_t{e->waker_tgid}).bind(7, bounded(e->waker_comm, PI_COMM_LEN));
+            s.bind(5, waker.tid).bind(6, waker.tgid).bind(7, waker.comm);
             s.run();
             break;
         }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "profinfer/recorder.h"
 #include "profinfer/store.h"
 #include "struct_layout.h"
 
@@ -13,7 +14,7 @@ namespace profinfer {
 // probes read against the struct layout, and writes rows in batched transactions.
 class TraceWriter {
 public:
-    TraceWriter(store::Database& db, const GgmlLayout& layout);
+    TraceWriter(store::Database& db, const GgmlLayout& layout, SchedPeers peers);
     ~TraceWriter();
 
     // Writes one data record. Throws profinfer::Error when a record shows that the
@@ -27,11 +28,20 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     uint64_t malformed() const { return malformed_; }
+    // Scheduler counterparts whose identity was left out (--sched-peers).
+    uint64_t peers_removed() const { return peers_removed_; }
 
 private:
     struct Statements;
+    struct Peer {
+        int64_t tid, tgid;
+        std::string comm;
+    };
+    Peer peer(uint32_t target_tgid, uint32_t tid, uint32_t tgid, const char* comm);
     store::Database& db_;
     const GgmlLayout& layout_;
+    SchedPeers peers_;
+    uint64_t peers_removed_ = 0;
     std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
     std::map<std::pair<uint64_t, uint64_t>, std::string> node_names_;  // (graph, tensor) → name, for experts

@@ -39,4 +39,7 @@ private:
     int ambiguous_ = 0;
 };
 
+// Graphviz's SVG of a DOT text (dot -Tsvg, run without a shell).
+std::string render_svg(const std::string& dot);
+
 }  // namespace profinfer

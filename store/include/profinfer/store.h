@@ -13,6 +13,9 @@
 namespace profinfer::store {
 
 constexpr int kSchemaVersion = 2;
+// The newest event record format (tracer/include/profinfer/events.h) whose data this
+// schema holds; a trace from a newer recorder is refused rather than misread.
+constexpr int kEventsVersion = 3;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {
@@ -63,5 +66,22 @@ private:
 // nothing useful was recorded because recording could not start.
 enum class RunStatus { Running, Complete, Incomplete, Failed };
 const char* to_string(RunStatus s);
+
+// Start time of PID in clock ticks since boot (/proc/PID/stat field 22), 0 if gone:
+// with the pid it names one process for good, whatever pids get reused.
+uint64_t process_start_time(int pid);
+
+// What a reader must know about a recording before trusting it: its status as it
+// really is (a run still marked "running" whose recorder process is gone on this host
+// is "incomplete"), and every kind of lost or cut data with its count.
+struct RunHealth {
+    std::string status;
+    std::string reason;                      // why it is not complete, when known
+    std::map<std::string, int64_t> losses;   // kind → count, non-zero only
+    int64_t lost_records = 0;                // records lost to a full ring buffer
+};
+RunHealth run_health(Database& db);
+// One line for stderr when the run is not complete or lost anything, else empty.
+std::string health_warning(const std::filesystem::path& path, const RunHealth& h);
 
 }  // namespace profinfer::store

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 2
+#define PI_EVENTS_VERSION 3
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -28,6 +28,15 @@ enum pi_event_kind {
 	PI_EV_SWITCH = 7,  /* sched_switch involving a target thread */
 	PI_EV_WAKEUP = 8,  /* sched_wakeup of a target thread */
 	PI_EV_KIND_MAX = 9,
+};
+
+/* Data the probes saw but could not record whole, counted per reason (besides records
+ * lost to a full ring buffer, counted per event kind). */
+enum pi_drop_kind {
+	PI_DROP_EXPERT_IDS = 0,    /* expert ids beyond PI_MAX_EXPERT_IDS in one MUL_MAT_ID node */
+	PI_DROP_THREAD_SLOTS = 1,  /* node starts of a thread that found no free slot */
+	PI_DROP_MULTIPLEXED = 2,   /* counter reads whose counter was not running all the time */
+	PI_DROP_KIND_MAX = 3,
 };
 
 struct pi_event_header {

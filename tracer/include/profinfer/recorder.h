@@ -12,6 +12,12 @@ enum class TraceLevel { Token, Graph, Op, Full };
 TraceLevel parse_trace_level(const std::string& s);
 const char* to_string(TraceLevel l);
 
+// How much of another process's thread a scheduler event keeps (its tid, tgid, comm):
+// none, its comm only (enough to say who preempted an inference thread), or all.
+enum class SchedPeers { None, Comm, Full };
+SchedPeers parse_sched_peers(const std::string& s);
+const char* to_string(SchedPeers p);
+
 struct RecordOptions {
     std::filesystem::path output = "run.db";
     TraceLevel level = TraceLevel::Token;
@@ -21,6 +27,7 @@ struct RecordOptions {
     std::string counters;      // comma-separated; empty: the default list at --level full
     double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
     size_t buffer_mb = 64;     // ring buffer size
+    SchedPeers sched_peers = SchedPeers::Comm;
     bool quiet = false;
 };
 

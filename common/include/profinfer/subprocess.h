@@ -1,0 +1,42 @@
+#pragma once
+// Child processes without a shell: argv goes to execvp as is, so no character of a
+// file name, tensor name or environment variable is ever interpreted by /bin/sh.
+#include <sys/types.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+struct ProcessResult {
+    int status = -1;  // exit status, or 128 + signal
+    std::string out;  // standard output
+    std::string err;  // standard error
+};
+
+// Runs ARGV (argv[0] looked up in PATH), feeds INPUT on its standard input, collects
+// its output. Throws profinfer::Error if it cannot be started.
+ProcessResult run_process(const std::vector<std::string>& argv, const std::string& input = {});
+
+// A child whose standard input is a stream we write to (gnuplot reading a script);
+// its output goes to /dev/null. wait() closes the stream (if still ours) and returns
+// the exit status.
+class PipedProcess {
+public:
+    explicit PipedProcess(const std::vector<std::string>& argv);
+    ~PipedProcess();
+    PipedProcess(const PipedProcess&) = delete;
+    PipedProcess& operator=(const PipedProcess&) = delete;
+
+    // The child's standard input; the caller now owns it and closes it when done.
+    FILE* release_input() { FILE* f = in_; in_ = nullptr; return f; }
+    int wait();
+
+private:
+    pid_t pid_ = -1;
+    FILE* in_ = nullptr;
+    std::string program_;
+};
+
+}  // namespace profinfer

@@ -1,0 +1,19 @@
+#pragma once
+// Text from a trace (tensor names, commands, comms) is data, whoever wrote the trace:
+// every output format gets it through one of these, never raw.
+#include <string>
+
+namespace profinfer {
+
+// For HTML text and attribute values.
+std::string html_escape(const std::string& s);
+// The inside of a double-quoted DOT string: quotes and backslashes escaped, control
+// characters replaced, so a name can neither end the string nor add attributes.
+std::string dot_escape(const std::string& s);
+// A gnuplot single-quoted string literal, quotes included.
+std::string gnuplot_quote(const std::string& s);
+// A label inside a gnuplot inline data block: one token, printable, no quotes, so it
+// can neither end the block nor be read as a command.
+std::string gnuplot_label(const std::string& s);
+
+}  // namespace profinfer
