@@ -6,7 +6,8 @@
 //   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model]
 // Output lines: {"call":K,"name":...,"op":...,"src":[...],"ne":[...],"ids":[[...],...]}
 // where call K is the K-th llama_decode (0 = the prompt).
-// --page-out-model: after loading, reclaim the model file's pages (MADV_PAGEOUT), as
+// --page-out-model: prints the model pages resident (mincore) after the page-out and at
+// the end on stderr. After loading, reclaim the model file's pages (MADV_PAGEOUT), as
 // memory pressure would, without read-ahead, so that the operators fault the weights back
 // in from disk page by page.
 #include <ggml-backend.h>
@@ -69,6 +70,32 @@ bool on_node(ggml_tensor* t, bool ask, void*) {
     return true;
 }
 
+// The mappings of PATH in this process.
+std::vector<std::pair<unsigned long, unsigned long>> mappings_of(const char* path) {
+    std::vector<std::pair<unsigned long, unsigned long>> out;
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);) {
+        if (line.size() < std::strlen(path) || line.compare(line.size() - std::strlen(path), std::string::npos, path) != 0)
+            continue;
+        unsigned long lo, hi;
+        if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) out.emplace_back(lo, hi);
+    }
+    return out;
+}
+
+// Pages of PATH's mappings in memory now (mincore): what the test compares major faults
+// with, instead of a count seen on one machine.
+size_t resident_pages(const char* path) {
+    const long page = sysconf(_SC_PAGESIZE);
+    size_t n = 0;
+    for (auto [lo, hi] : mappings_of(path)) {
+        std::vector<unsigned char> v((hi - lo + page - 1) / page);
+        if (mincore(reinterpret_cast<void*>(lo), hi - lo, v.data()) == 0)
+            for (unsigned char c : v) n += c & 1;
+    }
+    return n;
+}
+
 // Reclaims every mapping of PATH in this process; returns the bytes advised.
 size_t page_out(const char* path) {
     // Dirty pages (a model written moments ago) cannot be reclaimed: write them back first.
@@ -76,13 +103,8 @@ size_t page_out(const char* path) {
         fdatasync(fileno(f));
         std::fclose(f);
     }
-    std::ifstream maps("/proc/self/maps");
     size_t total = 0;
-    for (std::string line; std::getline(maps, line);) {
-        if (line.size() < std::strlen(path) || line.compare(line.size() - std::strlen(path), std::string::npos, path) != 0)
-            continue;
-        unsigned long lo, hi;
-        if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+    for (auto [lo, hi] : mappings_of(path)) {
         // MADV_RANDOM: no read-ahead, so every page an operator touches faults on its own.
         if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT) == 0 &&
             madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_RANDOM) == 0)
@@ -131,9 +153,11 @@ int main(int argc, char** argv) {
     llama_sampler* smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(smpl, llama_sampler_init_greedy());
 
+    char real[4096] = {};
+    size_t resident_after_page_out = 0;
     if (page_out_model) {
-        char real[4096];
         if (!realpath(argv[1], real) || page_out(real) == 0) return std::fprintf(stderr, "cannot page out %s\n", argv[1]), 1;
+        resident_after_page_out = resident_pages(real);
     }
     llama_batch batch = llama_batch_get_one(tokens.data(), n);
     llama_token next;
@@ -143,6 +167,9 @@ int main(int argc, char** argv) {
         batch = llama_batch_get_one(&next, 1);
     }
     std::fflush(stdout);
+    if (page_out_model)
+        std::fprintf(stderr, "model pages resident: %zu after page-out, %zu at the end\n", resident_after_page_out,
+                     resident_pages(real));
     llama_sampler_free(smpl);
     llama_free(ctx);
     llama_model_free(model);
