@@ -16,12 +16,6 @@ namespace fs = std::filesystem;
 using namespace profinfer;
 using namespace profinfer::test;
 
-namespace {
-std::string status_of(const fs::path& db) {
-    store::Database d(db, store::Database::Mode::ReadOnly);
-    return d.meta()["status"];
-}
-}  // namespace
 
 TEST(RecordErrors, LibraryWithoutTheSymbol) {
     PROFINFER_REQUIRE_BPF();

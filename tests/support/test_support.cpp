@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -33,11 +34,13 @@ namespace {
 }
 }  // namespace
 
-pid_t spawn(const std::vector<std::string>& argv) {
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
     pid_t pid = fork();
     if (pid == 0) {
         int devnull = ::open("/dev/null", O_RDWR);
         dup2(devnull, 0), dup2(devnull, 1), dup2(devnull, 2);
+        if (!out.empty()) dup2(::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
+        if (!err.empty()) dup2(::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
         exec_argv(argv);
     }
     return pid;
@@ -71,7 +74,12 @@ void expect_one_line_failure(const RunResult& r, const std::string& needle) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
-fs::path profinfer_bin() { return PROFINFER_BIN; }
+// PROFINFER_UNDER_TEST runs the suite against another build (e.g. an older commit's,
+// to show that a test fails without the fix it covers).
+fs::path profinfer_bin() {
+    const char* other = std::getenv("PROFINFER_UNDER_TEST");
+    return other && *other ? fs::path(other) : fs::path(PROFINFER_BIN);
+}
 fs::path graph_dump_bin() { return LLAMA_GRAPH_DUMP_BIN; }
 fs::path graph_dump_release_bin() { return LLAMA_GRAPH_DUMP_RELEASE_BIN; }
 fs::path fake_llama_bin() { return FAKE_LLAMA_BIN; }
@@ -97,14 +105,48 @@ std::vector<DumpNode> parse_graph_dump(const std::string& out) {
     return nodes;
 }
 
-TempDir::TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "profinfer-test-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
+bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!ready()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        usleep(2000);
+    }
+    return true;
 }
-TempDir::~TempDir() {
+
+std::vector<pid_t> children_of(pid_t pid) {
+    std::vector<pid_t> out;
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        std::ifstream f(t.path() / "children");
+        for (pid_t c; f >> c;) out.push_back(c);
+    }
+    return out;
+}
+
+char state_of(pid_t pid) {
+    std::string s = slurp("/proc/" + std::to_string(pid) + "/stat");
+    auto close = s.rfind(')');
+    return close == std::string::npos || close + 2 >= s.size() ? 0 : s[close + 2];
+}
+
+std::string comm_of(pid_t pid) {
+    std::string s = slurp("/proc/" + std::to_string(pid) + "/comm");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+}
+
+std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout) {
+    std::optional<int> status;
+    wait_until(
+        [&] {
+            int st = 0;
+            if (waitpid(pid, &st, WNOHANG) != pid) return false;
+            status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            return true;
+        },
+        timeout);
+    return status;
 }
 
 const LlamaInstall& llama_debug() {

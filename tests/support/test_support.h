@@ -5,12 +5,16 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "profinfer/llama_install.h"
+#include "profinfer/output_file.h"
 
 namespace profinfer::test {
 
@@ -25,8 +29,21 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
 // The CLI's failure convention: non-zero exit and exactly one stderr line containing NEEDLE.
 void expect_one_line_failure(const RunResult& r, const std::string& needle);
 
-// Starts ARGV with output discarded and returns its pid, without waiting.
-pid_t spawn(const std::vector<std::string>& argv);
+// Starts ARGV and returns its pid, without waiting; its output goes to OUT and ERR
+// (discarded when empty).
+pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out = {},
+            const std::filesystem::path& err = {});
+
+// Readiness instead of sleeps: polls READY every 2 ms until it holds (true) or TIMEOUT
+// passes (false).
+bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout);
+// The children of PID (/proc/PID/task/*/children), the state letter of PID's
+// /proc/PID/stat (0 if gone), and its comm.
+std::vector<pid_t> children_of(pid_t pid);
+char state_of(pid_t pid);
+std::string comm_of(pid_t pid);
+// waitpid with a timeout: the exit status (128+signal when killed), or nothing.
+std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout);
 
 // The profinfer binary under test.
 std::filesystem::path profinfer_bin();
@@ -52,13 +69,12 @@ std::vector<DumpNode> parse_graph_dump(const std::string& out);
 // A fresh directory removed at scope exit.
 class TempDir {
 public:
-    TempDir();
-    ~TempDir();
-    const std::filesystem::path& path() const { return path_; }
-    std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+    TempDir() : dir_("profinfer-test") {}
+    const std::filesystem::path& path() const { return dir_.path(); }
+    std::filesystem::path operator/(const std::string& name) const { return dir_.path() / name; }
 
 private:
-    std::filesystem::path path_;
+    PrivateTempDir dir_;
 };
 
 // The pinned llama.cpp debug-info build (built by `make test` beforehand).

@@ -408,6 +408,9 @@ private:
         skel_->rodata->n_counters = n_active;
         bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
         bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_mb << 20);
+        // Threads with a node under way at once (slots are freed when a thread exits).
+        if (const char* slots = std::getenv("PROFINFER_THREAD_SLOTS"))
+            bpf_map__set_max_entries(skel_->maps.thread_states, std::max(1, std::atoi(slots)));
         skel_->rodata->wakeup_bytes = (opts_.buffer_mb << 20) / 8;
         skel_->bss->layout = layout_.offsets;
         const bool sched = opts_.level == TraceLevel::Full;
