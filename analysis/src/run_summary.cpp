@@ -39,10 +39,7 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
             s.median_tpot_ms = (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2.0) / 1e6;
         }
     }
-    {
-        store::Statement st(db.handle(), "SELECT kind, count FROM lost_events");
-        while (st.step()) s.lost_events[st.column_text(0)] = st.column_int(1);
-    }
+    s.health = store::run_health(db);
     {
         store::Statement st(db.handle(), "SELECT symbol, coalesce(library, ''), kind, attached, coalesce(reason, '') FROM probes");
         while (st.step()) {
@@ -58,11 +55,10 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
 }
 
 nlohmann::json RunSummary::to_json() const {
-    int64_t lost = 0;
-    for (const auto& [k, n] : lost_events) lost += n;
     auto m = [&](const char* k) { auto it = meta.find(k); return it == meta.end() ? std::string() : it->second; };
     return {
-        {"status", m("status")},
+        {"status", health.status},
+        {"status_reason", health.reason},
         {"level", m("level")},
         {"command", m("command")},
         {"pid", m("pid")},
@@ -83,8 +79,9 @@ nlohmann::json RunSummary::to_json() const {
         {"struct_layout", m("struct_layout")},
         {"ttft_ms", ttft_ms},
         {"median_tpot_ms", median_tpot_ms},
-        {"lost_events", lost},
-        {"lost_events_by_kind", lost_events},
+        {"lost_events", health.lost_records},
+        {"lost_events_by_kind", health.losses},  // kept for scripts written against schema 1 of this output
+        {"lost_or_cut_by_kind", health.losses},
         {"attached_probes", attached_probes},
         {"missing_probes", missing_probes},
         {"meta", meta},
@@ -94,7 +91,7 @@ nlohmann::json RunSummary::to_json() const {
 std::string RunSummary::to_text() const {
     auto j = to_json();
     std::ostringstream o;
-    o << "status          " << j["status"].get<std::string>() << "\n"
+    o << "status          " << health.status << (health.reason.empty() ? "" : " (" + health.reason + ")") << "\n"
       << "command         " << j["command"].get<std::string>() << "\n"
       << "level           " << j["level"].get<std::string>() << "\n"
       << "tokens          " << tokens << "\n"
@@ -109,7 +106,9 @@ std::string RunSummary::to_text() const {
       << "struct layout   " << j["struct_layout"].get<std::string>() << "\n"
       << "TTFT            " << ttft_ms << " ms\n"
       << "median TPOT     " << median_tpot_ms << " ms\n"
-      << "lost events     " << j["lost_events"].get<int64_t>() << "\n"
+      << "lost records    " << health.lost_records << "\n";
+    for (const auto& [kind, n] : health.losses) o << "lost or cut     " << n << " " << kind << "\n";
+    o
       << "probes attached " << attached_probes.size() << "\n";
     for (const auto& p : missing_probes) o << "probe missing   " << p << "\n";
     return o.str();

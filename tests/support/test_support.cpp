@@ -179,6 +179,8 @@ fs::path tiny_recording(const std::string& card, const std::string& level, int n
     return db;
 }
 
+fs::path golden_trace(const std::string& name) { return fs::path(GOLDEN_DIR) / (name + ".db"); }
+
 bool bpf_available(std::string* why) {
     if (geteuid() != 0) {
         *why = "needs root (or CAP_BPF+CAP_PERFMON) to load BPF programs; run as root";

@@ -88,6 +88,10 @@ std::filesystem::path tiny_model(const std::string& card, const std::string& typ
 // made once per test program and kept for its lifetime.
 std::filesystem::path tiny_recording(const std::string& card, const std::string& level, int n_tokens);
 
+// A recording committed in tests/golden (scripts/make-golden-traces.sh), for tests
+// that must run where eBPF cannot: NAME is e.g. "llama3.2-1b-full".
+std::filesystem::path golden_trace(const std::string& name);
+
 // True when the test may use eBPF. Otherwise records why: a skip on a developer
 // machine, a failure under CI=true (CI runs as root and must run these for real).
 bool bpf_available(std::string* why);

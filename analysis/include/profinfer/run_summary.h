@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "profinfer/store.h"
+
 namespace profinfer {
 
 // What `profinfer info` shows: one run's headline numbers, from the store only.
@@ -21,7 +23,7 @@ struct RunSummary {
     double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
     double ttft_ms = 0;         // duration of the first prefill call
     double median_tpot_ms = 0;  // median duration of the decode calls
-    std::map<std::string, int64_t> lost_events;
+    store::RunHealth health;  // status as it really is, losses per kind
     std::vector<std::string> attached_probes, missing_probes;  // "symbol (library): reason"
 
     static RunSummary load(const std::filesystem::path& db);

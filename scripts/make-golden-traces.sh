@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Regenerates tests/golden/*.db: small real recordings (tiny synthetic models, the pinned
+# debug llama.cpp, --level full) that the analysis tests read where eBPF is not
+# available. Run as root after a change to the trace schema or the event format.
+#   scripts/make-golden-traces.sh [BUILD_DIR]
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top/build}
+profinfer=$build/profinfer
+simple=$("$top/scripts/llama.sh" program debug llama-simple)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for card in llama3.2-1b qwen1.5-moe-a2.7b; do
+  "$profinfer" model synth --card "$card" --scale tiny -o "$work/$card.gguf" 2>/dev/null
+  "$profinfer" record -q --level full -o "$work/$card-full.db" -- "$simple" -m "$work/$card.gguf" -n 6 "Hello world" >/dev/null 2>&1
+  sqlite3 "$work/$card-full.db" "VACUUM"
+  # A golden trace is a complete run, and says which machine it came from only vaguely.
+  sqlite3 "$work/$card-full.db" "UPDATE meta SET value = 'golden' WHERE key = 'host'"
+  install -m 0644 "$work/$card-full.db" "$top/tests/golden/$card-full.db"
+  echo "tests/golden/$card-full.db: $(sqlite3 "$top/tests/golden/$card-full.db" 'SELECT count(*) FROM ops') op records"
+done
