@@ -62,9 +62,11 @@ TEST(SynthCli, SameSeedSameBytesOtherSeedOtherBytes) {
 TEST(SynthCli, InterruptedWriteLeavesNoFile) {
     TempDir d;
     fs::path out = d / "big.gguf";
-    // The full-size model at f32 is ~6 GB: far from done after half a second.
+    // The full-size model at f32 is ~6 GB: interrupted once it is writing.
     pid_t pid = spawn({profinfer_bin(), "model", "synth", "--card", "llama3.2-1b", "--type", "f32", "-o", out});
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    const fs::path partial = out.string() + ".partial";
+    ASSERT_TRUE(wait_until([&] { return fs::exists(partial) && fs::file_size(partial) > (1u << 20); },
+                           std::chrono::seconds(60)));
     kill(pid, SIGINT);
     int st = 0;
     waitpid(pid, &st, 0);

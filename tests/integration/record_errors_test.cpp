@@ -42,7 +42,17 @@ TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
     TempDir d;
     pid_t pid = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--",
                        llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "1500", "Hello"});
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    // Ready once decode calls are stored.
+    ASSERT_TRUE(wait_until(
+        [&] {
+            try {
+                store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+                return db.scalar("SELECT count(*) FROM tokens") > 10;
+            } catch (...) {
+                return false;
+            }
+        },
+        std::chrono::seconds(60)));
     kill(pid, SIGTERM);
     int st = 0;
     waitpid(pid, &st, 0);

@@ -2,6 +2,8 @@
 // against what llama.cpp itself reports through its eval callback (llama_graph_dump).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <map>
 #include <set>
 
@@ -272,8 +274,15 @@ TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {
 TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    pid_t target = spawn({llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "800", "Hello"});
-    usleep(700 * 1000);  // loading and the prompt are done; decoding is under way
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "800", "2"}, d / "out");
+    // Decoding is under way once the first decode call's nodes are out.
+    ASSERT_TRUE(wait_until(
+        [&] {
+            std::ifstream f(d / "out");
+            std::string all((std::istreambuf_iterator<char>(f)), {});
+            return all.find("\"call\":2") != std::string::npos;
+        },
+        std::chrono::seconds(60)));
     auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     int st = 0;
     waitpid(target, &st, 0);
