@@ -35,12 +35,18 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--qos-min-tps", opts->qos_min_tps,
                     "Detach the operator probes while decode is slower than this many tokens/s; re-attach when the "
                     "untraced speed is 20% above it");
-    cmd->add_option("--buffer-mb", opts->buffer_mb, "Ring buffer size in MiB (power of two)")->capture_default_str();
+    auto buffer_mb = std::make_shared<size_t>(64);
+    auto* mb = cmd->add_option("--buffer-mb", *buffer_mb, "Ring buffer size in MiB (power of two, 1 to 1024)")
+                   ->capture_default_str();
+    cmd->add_option("--buffer-kb", opts->buffer_kb,
+                    "Ring buffer size in KiB (power of two, from the page size): for small boards and loss tests")
+        ->excludes(mb);
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid, pid_opt, peers] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb] {
         const bool pid_given = pid_opt->count() > 0;
+        if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
         action = [opts, level, pid, pid_given, peers] {
             opts->level = parse_trace_level(*level);
             opts->sched_peers = parse_sched_peers(*peers);

@@ -35,57 +35,6 @@ int64_t lost(const fs::path& db) {
     return d.scalar("SELECT coalesce(sum(count), 0) FROM lost_events");
 }
 
-// The recorded nodes per llama_decode call: for call k, the node names of every CPU
-// graph computed inside the k-th llama_decode, the nodes that have an op record, and
-// the nodes whose records are not exactly one per participating thread (ith 0..nth-1).
-struct CallRecord {
-    std::multiset<std::pair<std::string, std::string>> nodes;  // (name, op)
-    int64_t nodes_with_records = 0, nodes_with_bad_thread_records = 0, threads = 0;
-};
-
-std::vector<CallRecord> recorded_calls(const fs::path& path) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
-    std::vector<CallRecord> calls;
-    store::Statement tok(db.handle(), "SELECT start_ns, end_ns FROM tokens ORDER BY start_ns");
-    while (tok.step()) {
-        CallRecord c;
-        const int64_t s = tok.column_int(0), e = tok.column_int(1);
-        const std::string in_call = "(SELECT seq FROM graphs WHERE api = 'cpu' AND start_ns >= " + std::to_string(s) +
-                                    " AND end_ns <= " + std::to_string(e) + ")";
-        store::Statement n(db.handle(), ("SELECT name, op FROM nodes WHERE graph_seq IN " + in_call).c_str());
-        while (n.step()) c.nodes.insert({n.column_text(0), n.column_text(1)});
-        const std::string per_node = "(SELECT graph_seq, tensor, count(*) AS n, count(DISTINCT ith) AS i, max(nth) AS t, "
-                                     "min(ith) AS lo, max(ith) AS hi FROM ops WHERE graph_seq IN " + in_call +
-                                     " GROUP BY graph_seq, tensor)";
-        c.nodes_with_records = db.scalar("SELECT count(*) FROM " + per_node);
-        c.nodes_with_bad_thread_records =
-            db.scalar("SELECT count(*) FROM " + per_node + " WHERE n != t OR i != t OR lo != 0 OR hi != t - 1");
-        // Threads by ggml's index: builds without OpenMP start new threads per graph.
-        c.threads = db.scalar("SELECT max(nth) FROM ops WHERE graph_seq IN " + in_call);
-        calls.push_back(std::move(c));
-    }
-    return calls;
-}
-
-void expect_calls_match_dump(const Recording& rec, int n_calls, int n_threads) {
-    auto dump = parse_graph_dump(rec.result.out);
-    ASSERT_FALSE(dump.empty()) << rec.result.err;
-    auto calls = recorded_calls(rec.db);
-    ASSERT_EQ(int(calls.size()), n_calls);
-    for (int k = 0; k < n_calls; ++k) {
-        SCOPED_TRACE("llama_decode call " + std::to_string(k));
-        std::multiset<std::pair<std::string, std::string>> expected;
-        for (const auto& n : dump)
-            if (n.call == k && n.computed()) expected.insert({n.name, n.op});
-        ASSERT_GT(expected.size(), 10u);
-        EXPECT_EQ(calls[k].nodes, expected);
-        // No fusion under the eval callback: one record set per node.
-        EXPECT_EQ(calls[k].nodes_with_records, int64_t(expected.size()));
-        EXPECT_EQ(calls[k].nodes_with_bad_thread_records, 0);
-        EXPECT_EQ(calls[k].threads, n_threads);
-    }
-}
-
 // 16 calls of the tiny llama at 2 threads through llama_graph_dump, at --level op.
 Recording record_graph_dump(const TempDir& d, const fs::path& program) {
     auto rec = record(d, {"--level", "op"}, {program, tiny_model("llama3.2-1b"), "Hello world", "16", "2"});
@@ -106,7 +55,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);
     EXPECT_NE(s.meta["struct_layout"].find("DWARF"), std::string::npos);
-    expect_calls_match_dump(rec, 16, 2);
+    expect_calls_match_dump(rec.result, rec.db, 16, 2);
 }
 
 // The same on the unmodified release libraries of @node-llama-cpp/linux-x64 (no DWARF,
@@ -123,7 +72,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadReleaseLibraries) {
     EXPECT_GE(db.scalar("SELECT count(*) FROM libraries WHERE role = 'libggml-cpu' AND path LIKE '%libggml-cpu-%.so' "
                         "AND debug_info = 0"),
               1);
-    expect_calls_match_dump(rec, 16, 2);
+    expect_calls_match_dump(rec.result, rec.db, 16, 2);
 }
 
 // llama-simple as users run it (flash attention on, fused RMS_NORM+MUL): one CPU graph

@@ -1,11 +1,14 @@
 #include "test_support.h"
 
+#include "profinfer/store.h"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -177,6 +180,60 @@ fs::path tiny_recording(const std::string& card, const std::string& level, int n
         if (r.status != 0) throw std::runtime_error("profinfer record failed: " + r.err);
     }
     return db;
+}
+
+// The recorded nodes per llama_decode call: for call k, the node names of every CPU
+// graph computed inside the k-th llama_decode, the nodes that have an op record, and
+// the nodes whose records are not exactly one per participating thread (ith 0..nth-1).
+namespace {
+struct CallRecord {
+    std::multiset<std::pair<std::string, std::string>> nodes;  // (name, op)
+    int64_t nodes_with_records = 0, nodes_with_bad_thread_records = 0, threads = 0;
+};
+
+std::vector<CallRecord> recorded_calls(const fs::path& path) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    std::vector<CallRecord> calls;
+    store::Statement tok(db.handle(), "SELECT start_ns, end_ns FROM tokens ORDER BY start_ns");
+    while (tok.step()) {
+        CallRecord c;
+        const int64_t s = tok.column_int(0), e = tok.column_int(1);
+        const std::string in_call = "(SELECT seq FROM graphs WHERE api = 'cpu' AND start_ns >= " + std::to_string(s) +
+                                    " AND end_ns <= " + std::to_string(e) + ")";
+        store::Statement n(db.handle(), ("SELECT name, op FROM nodes WHERE graph_seq IN " + in_call).c_str());
+        while (n.step()) c.nodes.insert({n.column_text(0), n.column_text(1)});
+        const std::string per_node = "(SELECT graph_seq, tensor, count(*) AS n, count(DISTINCT ith) AS i, max(nth) AS t, "
+                                     "min(ith) AS lo, max(ith) AS hi FROM ops WHERE graph_seq IN " + in_call +
+                                     " GROUP BY graph_seq, tensor)";
+        c.nodes_with_records = db.scalar("SELECT count(*) FROM " + per_node);
+        c.nodes_with_bad_thread_records =
+            db.scalar("SELECT count(*) FROM " + per_node + " WHERE n != t OR i != t OR lo != 0 OR hi != t - 1");
+        // Threads by ggml's index: builds without OpenMP start new threads per graph.
+        c.threads = db.scalar("SELECT max(nth) FROM ops WHERE graph_seq IN " + in_call);
+        calls.push_back(std::move(c));
+    }
+    return calls;
+}
+
+}  // namespace
+
+void expect_calls_match_dump(const RunResult& result, const fs::path& db, int n_calls, int n_threads) {
+    auto dump = parse_graph_dump(result.out);
+    ASSERT_FALSE(dump.empty()) << result.err;
+    auto calls = recorded_calls(db);
+    ASSERT_EQ(int(calls.size()), n_calls);
+    for (int k = 0; k < n_calls; ++k) {
+        SCOPED_TRACE("llama_decode call " + std::to_string(k));
+        std::multiset<std::pair<std::string, std::string>> expected;
+        for (const auto& n : dump)
+            if (n.call == k && n.computed()) expected.insert({n.name, n.op});
+        ASSERT_GT(expected.size(), 10u);
+        EXPECT_EQ(calls[k].nodes, expected);
+        // No fusion under the eval callback: one record set per node.
+        EXPECT_EQ(calls[k].nodes_with_records, int64_t(expected.size()));
+        EXPECT_EQ(calls[k].nodes_with_bad_thread_records, 0);
+        EXPECT_EQ(calls[k].threads, n_threads);
+    }
 }
 
 fs::path golden_trace(const std::string& name) { return fs::path(GOLDEN_DIR) / (name + ".db"); }

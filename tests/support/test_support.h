@@ -66,6 +66,12 @@ struct DumpNode {
 };
 std::vector<DumpNode> parse_graph_dump(const std::string& out);
 
+// RESULT is llama_graph_dump's run under profinfer record, DB its trace: N_CALLS
+// llama_decode calls; per call, every node the eval callback reported computed has one
+// record per participating thread (ith 0..nth-1) and the same name and op; N_THREADS
+// thread slots.
+void expect_calls_match_dump(const RunResult& result, const std::filesystem::path& db, int n_calls, int n_threads);
+
 // A fresh directory removed at scope exit.
 class TempDir {
 public:

@@ -407,11 +407,11 @@ private:
         const size_t n_active = counters_ ? counters_->active().size() : 0;
         skel_->rodata->n_counters = n_active;
         bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
-        bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_mb << 20);
+        bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_kb << 10);
         // Threads with a node under way at once (slots are freed when a thread exits).
         if (const char* slots = std::getenv("PROFINFER_THREAD_SLOTS"))
             bpf_map__set_max_entries(skel_->maps.thread_states, std::max(1, std::atoi(slots)));
-        skel_->rodata->wakeup_bytes = (opts_.buffer_mb << 20) / 8;
+        skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
         skel_->bss->layout = layout_.offsets;
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;
@@ -767,8 +767,12 @@ int record(const RecordOptions& opts) {
         throw Error("no process with pid " + std::to_string(*opts.pid));
     if (opts.pid && *opts.pid == getpid()) throw Error("profinfer cannot record itself");
     if (!opts.command.empty()) check_command(opts.command.front());
-    if (opts.buffer_mb < 1 || opts.buffer_mb > 1024 || (opts.buffer_mb & (opts.buffer_mb - 1)))
-        throw Error("--buffer-mb must be a power of two from 1 to 1024 (MiB), not " + std::to_string(opts.buffer_mb));
+    // The kernel wants a power-of-two number of pages; a ring of 1 GiB is plenty.
+    const size_t page_kb = size_t(sysconf(_SC_PAGESIZE)) >> 10;
+    if (opts.buffer_kb < page_kb || opts.buffer_kb > (1u << 20) || (opts.buffer_kb & (opts.buffer_kb - 1)))
+        throw Error("the ring buffer must be a power of two from " + std::to_string(page_kb) +
+                    " KiB to 1024 MiB (--buffer-mb 1..1024 or --buffer-kb), not " + std::to_string(opts.buffer_kb) +
+                    " KiB");
     Recorder r(opts);
     try {
         return r.run();

@@ -26,7 +26,7 @@ struct RecordOptions {
     std::string board = "host";
     std::string counters;      // comma-separated; empty: the default list at --level full
     double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
-    size_t buffer_mb = 64;     // ring buffer size
+    size_t buffer_kb = 64 << 10;  // ring buffer size
     SchedPeers sched_peers = SchedPeers::Comm;
     bool quiet = false;
 };

@@ -1,0 +1,146 @@
+// The recorder at its limits: many threads on few cores, a deliberately tiny ring
+// buffer (losses counted exactly), expert ids beyond what one record holds, a thread
+// map smaller than the number of threads a run starts, what scheduler events keep of
+// other processes, and the QoS controller detaching and re-attaching.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <map>
+#include <regex>
+
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+
+struct Recorded {
+    RunResult result;
+    fs::path db;
+};
+
+Recorded record(const TempDir& d, const std::vector<std::string>& options, const std::vector<std::string>& command,
+                const std::map<std::string, std::string>& env = {}) {
+    std::vector<std::string> argv{profinfer_bin(), "record", "-o", d / "run.db"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), command.begin(), command.end());
+    return {run(argv, env), d / "run.db"};
+}
+
+int64_t count(const fs::path& db, const std::string& sql) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    return d.scalar(sql);
+}
+
+int64_t lost(const fs::path& db, const std::string& kind) {
+    return count(db, "SELECT coalesce(sum(count), 0) FROM lost_events WHERE kind = '" + kind + "'");
+}
+
+
+}  // namespace
+
+// 16 threads on 2 cores at --level full with the default buffer: nothing lost, every
+// node once per thread.
+TEST(RecordLimits, SixteenThreadsOnTwoCoresLoseNothing) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "full"}, {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "8", "16"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(count(rec.db, "SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
+    expect_calls_match_dump(rec.result, rec.db, 8, 16);
+}
+
+// A 4 KiB ring buffer loses records, and every one is counted: recorded + lost equals
+// what a lossless recording of the same deterministic run holds.
+TEST(RecordLimits, TinyBufferLossesAreCountedExactly) {
+    PROFINFER_REQUIRE_BPF();
+    const std::vector<std::string> cmd{llama_debug().program("llama-completion"), "-m", tiny_model("llama3.2-1b"), "-n",
+                                       "64", "-t", "8", "-p", "Hello", "-no-cnv", "--temp", "0"};
+    TempDir ref_dir;
+    auto ref = record(ref_dir, {"--level", "op"}, cmd);
+    ASSERT_EQ(ref.result.status, 0) << ref.result.err;
+    ASSERT_EQ(count(ref.db, "SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
+    const int64_t ops = count(ref.db, "SELECT count(*) FROM ops"), nodes = count(ref.db, "SELECT count(*) FROM nodes");
+    // Losses depend on how the consumer is scheduled: a few tries until some happen.
+    for (int attempt = 0; attempt < 6; ++attempt) {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--buffer-kb", "4"}, cmd);
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        if (lost(rec.db, "op") == 0) continue;
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM ops") + lost(rec.db, "op"), ops);
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM nodes") + lost(rec.db, "node"), nodes);
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        EXPECT_EQ(db.meta()["status"], "incomplete");
+        EXPECT_NE(rec.result.err.find("events were lost"), std::string::npos) << rec.result.err;
+        return;
+    }
+    FAIL() << "a 4 KiB buffer lost no operator record in 6 runs: the count could not be checked";
+}
+
+// A prompt longer than one record's expert ids: the ids left out are counted exactly.
+TEST(RecordLimits, ExpertIdsBeyondARecordAreCounted) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const std::string prompt(40, 'x');  // 41 tokens with BOS; k = 2 → 82 ids per node
+    auto rec = record(d, {"--level", "full"}, {graph_dump_bin(), tiny_model("qwen1.5-moe-a2.7b"), prompt, "3", "2"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    int64_t expected = 0;
+    for (const auto& n : parse_graph_dump(rec.result.out)) {
+        if (n.op != "MUL_MAT_ID") continue;
+        int64_t ids = 0;
+        for (const auto& tok : n.ids) ids += int64_t(tok.size());
+        expected += std::max<int64_t>(0, ids - 64);
+    }
+    ASSERT_GT(expected, 0);
+    EXPECT_EQ(lost(rec.db, "expert_ids_truncated"), expected);
+}
+
+// The release libraries start a worker thread per graph: with room for 4 threads only,
+// slots freed at thread exit keep every node of every thread.
+TEST(RecordLimits, ThreadSlotsAreFreedWhenThreadsExit) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op"}, {graph_dump_release_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
+                      {{"PROFINFER_THREAD_SLOTS", "4"}});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_GT(count(rec.db, "SELECT count(DISTINCT tid) FROM ops"), 8) << "expected a new worker thread per graph";
+    EXPECT_EQ(lost(rec.db, "thread_slots_full"), 0);
+    expect_calls_match_dump(rec.result, rec.db, 16, 2);
+}
+
+// The DB is the owner's alone; other processes' threads keep what --sched-peers allows.
+TEST(RecordLimits, SchedulerPeersKeepOnlyWhatTheUserAllows) {
+    PROFINFER_REQUIRE_BPF();
+    struct Peers {
+        int64_t foreign_ids, removed, removed_with_comm;
+    };
+    auto peers = [](const char* mode) {
+        TempDir d;
+        auto rec = record(d, {"--level", "full", "--sched-peers", mode},
+                          {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "64", "Hello"});
+        EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+        struct stat st{};
+        stat(rec.db.c_str(), &st);
+        EXPECT_EQ(st.st_mode & 077, 0u) << "the trace DB is readable by others";
+        const std::string t = "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'pid')";
+        return Peers{
+            count(rec.db, "SELECT count(*) FROM sched_switch WHERE (prev_tgid > 0 AND prev_tgid != " + t +
+                              ") OR (next_tgid > 0 AND next_tgid != " + t + ")"),
+            count(rec.db, "SELECT count(*) FROM sched_switch WHERE prev_tgid = -1 OR next_tgid = -1"),
+            count(rec.db, "SELECT count(*) FROM sched_switch WHERE (prev_tgid = -1 AND prev_comm != '') OR "
+                          "(next_tgid = -1 AND next_comm != '')")};
+    };
+    Peers full = peers("full"), comm = peers("comm"), none = peers("none");
+    ASSERT_GT(full.foreign_ids, 0) << "no other process ran beside the target: nothing to check";
+    EXPECT_EQ(full.removed, 0);
+    EXPECT_EQ(comm.foreign_ids, 0);
+    EXPECT_GT(comm.removed, 0);
+    EXPECT_EQ(comm.removed_with_comm, comm.removed);
+    EXPECT_EQ(none.foreign_ids, 0);
+    EXPECT_GT(none.removed, 0);
+    EXPECT_EQ(none.removed_with_comm, 0);
+}
