@@ -269,3 +269,63 @@ TEST(RecordQos, DetachesOperatorProbesBelowTheRequiredSpeed) {
     EXPECT_EQ(run_with("0.01", &after, &decodes), 0);
     EXPECT_EQ(decodes, 399);
 }
+
+// The QoS controller's whole cycle on a real run: two CPU hogs slow decoding below the
+// requirement (probes detached), then go away (probes re-attached, operators recorded
+// again). The requirement is derived from this machine's traced speed in the same test.
+TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const std::vector<std::string> simple{llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b")};
+    auto decode_tps = [](const fs::path& db) {
+        store::Database s(db, store::Database::Mode::ReadOnly);
+        return 1e9 * double(s.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'")) /
+               double(std::max<int64_t>(1, s.scalar("SELECT sum(end_ns - start_ns) FROM tokens WHERE phase = 'decode'")));
+    };
+    auto probe = record(d, {"--level", "op"}, {simple[0], simple[1], simple[2], "-n", "300", "Hello"});
+    ASSERT_EQ(probe.result.status, 0) << probe.result.err;
+    const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 1.3;
+
+    std::vector<pid_t> hogs{spawn({"/bin/sh", "-c", "while :; do :; done"}), spawn({"/bin/sh", "-c", "while :; do :; done"})};
+    auto stop_hogs = [&] {
+        for (pid_t h : hogs) kill(h, SIGKILL), waitpid(h, nullptr, 0);
+        hogs.clear();
+    };
+    const fs::path db = d / "qos.db";
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--qos-min-tps", std::to_string(min_tps), "-o", db,
+                        "--", simple[0], simple[1], simple[2], "-n", "100000", "Hello"});
+    auto events = [&](const char* action) -> int64_t {
+        try {
+            store::Database s(db, store::Database::Mode::ReadOnly);
+            return s.scalar(std::string("SELECT coalesce(max(ts_ns), 0) FROM qos_events WHERE action = '") + action + "'");
+        } catch (...) {
+            return 0;
+        }
+    };
+    const bool detached = wait_until([&] { return events("detach") > 0; }, std::chrono::seconds(60));
+    stop_hogs();
+    const bool attached = detached && wait_until([&] { return events("attach") > events("detach"); }, std::chrono::seconds(60));
+    // Let a few graphs run with the probes back, then end the run.
+    if (attached) {
+        const int64_t since = events("attach");
+        wait_until(
+            [&] {
+                store::Database s(db, store::Database::Mode::ReadOnly);
+                return s.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu' AND start_ns > " + std::to_string(since)) > 20;
+            },
+            std::chrono::seconds(30));
+    }
+    kill(prof, SIGTERM);
+    ASSERT_TRUE(reap(prof, std::chrono::seconds(30)));
+    ASSERT_TRUE(detached) << "decoding never fell below " << min_tps << " t/s with two CPU hogs (traced alone: "
+                          << traced_tps << " t/s)";
+    ASSERT_TRUE(attached) << "the probes never came back once the hogs were gone";
+    store::Database s(db, store::Database::Mode::ReadOnly);
+    const std::string after_attach = "(SELECT max(ts_ns) FROM qos_events WHERE action = 'attach')";
+    EXPECT_GT(s.scalar("SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE g.start_ns > " + after_attach),
+              0);
+    EXPECT_EQ(s.scalar("SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE g.start_ns > "
+                       "(SELECT min(ts_ns) FROM qos_events WHERE action = 'detach') AND g.end_ns < "
+                       "(SELECT min(ts_ns) FROM qos_events WHERE action = 'attach')"),
+              0);
+}
