@@ -2,12 +2,13 @@
 #   make test                 install what is missing, build llama.cpp (cached) and profinfer, run all tests
 #   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board
 #   make build                the pinned llama.cpp (cached) and build/profinfer
+#   make test-sanitized       the suite under ASan + UBSan, and the fuzzers (build-sanitized/)
 BUILD ?= build
 BOARD ?= host
 JOBS ?= $(shell nproc)
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps llama build test reproduce clean
+.PHONY: all deps llama build test test-sanitized reproduce clean
 
 all: build
 
@@ -29,8 +30,17 @@ build: deps llama $(BUILD)/Makefile
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j1 $(if $(CI),,--timeout 1800)
 
+# The whole suite under AddressSanitizer + UBSan (clang), plus the libFuzzer targets for a
+# fixed number of inputs each: docs/reliability.md.
+test-sanitized: deps llama
+	@cmake -S . -B build-sanitized -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DPROFINFER_SANITIZE=address,undefined -DPROFINFER_FUZZ=ON >/dev/null
+	@cmake --build build-sanitized -j$(JOBS)
+	@cd build-sanitized && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j1
+
 reproduce: build llama
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-sanitized

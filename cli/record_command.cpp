@@ -15,7 +15,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         "A launched command is held before exec until the probes are in place, so its first\n"
         "llama_decode is recorded; libraries it loads later (dlopen) are attached when loaded.\n"
         "The database is created readable by its owner only (it may hold other processes' command names).\n"
-        "Needs root, or CAP_BPF and CAP_PERFMON (see docs/reliability.md).");
+        "Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (see docs/reliability.md).");
     cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
     cmd->add_option("--level", *level,
                     "token: llama_decode calls; graph: + backend graphs; op: + every graph node on every thread; "

@@ -394,7 +394,8 @@ private:
         int err = tracer_bpf__load(skel_);
         if (err) {
             if (err == -EPERM || err == -EACCES)
-                throw Error("loading BPF programs was refused: run as root or grant CAP_BPF and CAP_PERFMON");
+                throw Error("loading BPF programs was refused: run as root, or grant CAP_BPF, CAP_PERFMON and "
+                            "CAP_SYS_ADMIN (see docs/reliability.md)");
             throw Error(std::string("loading BPF programs failed: ") + std::strerror(-err));
         }
         for (size_t c = 0; c < n_active; ++c)
@@ -439,6 +440,9 @@ private:
         bpf_link* l = attach_uprobe(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false);
         int err = l ? 0 : errno;
         record_probe("_dl_debug_state", ld, "uprobe", l != nullptr, l ? "" : std::strerror(err));
+        if (!l && (err == EACCES || err == EPERM))
+            throw Error("attaching uprobes was refused (" + std::string(std::strerror(err)) +
+                        "): run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (see docs/reliability.md)");
         if (!l)
             throw Error("cannot attach to " + ld.string() + ":_dl_debug_state (" + std::strerror(err) +
                         "); without it libraries loaded later would be missed");
