@@ -158,6 +158,11 @@ int64_t Database::scalar(const std::string& sql) {
     return st.step() ? st.column_int(0) : 0;
 }
 
+void Database::set_meta(const std::string& key, const std::string& value) {
+    Statement st(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    st.bind(1, key).bind(2, value).run();
+}
+
 std::map<std::string, std::string> Database::meta() {
     std::map<std::string, std::string> m;
     Statement st(db_, "SELECT key, value FROM meta");

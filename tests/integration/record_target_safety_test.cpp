@@ -88,7 +88,7 @@ TEST(TargetSafety, KillNineAtTheLoaderStopLetsTheCommandFinish) {
     bool caught = wait_until(
         [&] {
             if (!target) target = launched_child(prof, "llama_graph_dum");
-            if (!target || state_of(target) != 't' && state_of(target) != 'T') return false;
+            if (!target || (state_of(target) != 't' && state_of(target) != 'T')) return false;
             kill(prof, SIGSTOP);
             wait_until([&] { return state_of(prof) == 'T'; }, 2s);
             if (state_of(target) == 'T') return true;  // held by us, with profinfer frozen

@@ -19,8 +19,8 @@
 #include <memory>
 
 #include "counters.h"
-#include "elf_symbols.h"
 #include "launcher.h"
+#include "probe_attacher.h"
 #include "qos_controller.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
@@ -111,66 +111,6 @@ void check_command(const std::string& program) {
     throw Error("cannot run " + program + ": not found in PATH");
 }
 
-// Which probes the operator level uses for a libggml-cpu, chosen per binary.
-enum class OpStrategy { None, ComputeForward, NodeHooks };
-const char* to_string(OpStrategy s) {
-    switch (s) {
-        case OpStrategy::ComputeForward: return "ggml_compute_forward";
-        case OpStrategy::NodeHooks: return "ggml_cpu_extra_compute_forward + ggml_compute_forward_rms_norm_mul_fused";
-        case OpStrategy::None: return "none";
-    }
-    return "?";
-}
-
-// Op: one probe hit per node and thread. Wait adds ggml_barrier, another hit or more per
-// node and thread, for the compute/wait split (paper Fig. 6): the costliest probe, so it
-// comes with --level full only.
-enum class Group { Token, Graph, Op, Wait };
-
-// One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL.
-struct Probe {
-    const char* symbol;
-    LibRole role;
-    bool retprobe;
-    bpf_program* (*program)(tracer_bpf*);
-    Group group;
-    bool required;  // recording at this level is impossible without it
-    OpStrategy only_for = OpStrategy::None;  // operator probes belong to one strategy (None: all)
-};
-
-#define PROG(name) [](tracer_bpf* s) { return s->progs.name; }
-const Probe kProbes[] = {
-    {"llama_decode", LibRole::Llama, false, PROG(llama_decode_enter), Group::Token, true},
-    {"llama_decode", LibRole::Llama, true, PROG(llama_decode_exit), Group::Token, true},
-    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true},
-    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
-    {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true},
-    {"ggml_graph_compute", LibRole::GgmlCpu, true, PROG(cpu_graph_exit), Group::Graph, true},
-    {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward},
-    {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,
-     OpStrategy::NodeHooks},
-    {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
-    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true},
-};
-#undef PROG
-
-Group max_group(TraceLevel l) {
-    switch (l) {
-        case TraceLevel::Token: return Group::Token;
-        case TraceLevel::Graph: return Group::Graph;
-        case TraceLevel::Op: return Group::Op;
-        case TraceLevel::Full: return Group::Wait;
-    }
-    return Group::Token;
-}
-bool is_op_group(Group g) { return g == Group::Op || g == Group::Wait; }
-
-OpStrategy choose_strategy(const ElfSymbols& elf) {
-    if (elf.has_function("ggml_compute_forward")) return OpStrategy::ComputeForward;
-    if (elf.has_function("ggml_cpu_extra_compute_forward")) return OpStrategy::NodeHooks;
-    return OpStrategy::None;
-}
-
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
     if (level == LIBBPF_DEBUG) return 0;
     if (!std::getenv("PROFINFER_LIBBPF_VERBOSE")) return 0;
@@ -211,7 +151,7 @@ std::string read_cmdline(pid_t pid) {
 class Recorder {
 public:
     explicit Recorder(const RecordOptions& o)
-        : opts_(o), db_(create_store(o.output)), layout_(GgmlLayout::builtin()), qos_(o.qos_min_tps) {
+        : opts_(o), db_(create_store(o.output)), qos_(o.qos_min_tps) {
         set_meta("status", store::to_string(store::RunStatus::Running));
         // Who is writing: a reader that finds the run still "running" with this process
         // gone knows the recording ended without its bookkeeping (store::recorder_alive).
@@ -254,11 +194,11 @@ public:
         throw_if_stopped("before recording started");
         open_counters();
         load_bpf();
-        writer_ = std::make_unique<TraceWriter>(*db_, layout_, opts_.sched_peers);
-        attach_loader_watch();
+        writer_ = std::make_unique<TraceWriter>(*db_, probes_->layout(), opts_.sched_peers);
+        probes_->attach_loader_watch();
         if (opts_.pid) {
-            attach_new_libraries();
-            if (!seen_role(LibRole::Llama))
+            probes_->attach_new_libraries();
+            if (!probes_->seen_role(LibRole::Llama))
                 throw Error("process " + std::to_string(pid_) + " (" + process_comm(pid_) +
                             ") has not loaded libllama: is it a llama.cpp program?");
         } else {
@@ -294,11 +234,6 @@ public:
     }
 
 private:
-    struct Attached {
-        bpf_link* link;
-        const Probe* probe;
-        fs::path lib;
-    };
 
     static std::unique_ptr<store::Database> create_store(const fs::path& path) {
         create_private_file(path);
@@ -310,10 +245,7 @@ private:
         }
     }
 
-    void set_meta(const std::string& k, const std::string& v) {
-        store::Statement st(db_->handle(), "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-        st.bind(1, k).bind(2, v).run();
-    }
+    void set_meta(const std::string& k, const std::string& v) { db_->set_meta(k, v); }
 
     uint64_t events_recorded() const {
         uint64_t n = 0;
@@ -325,8 +257,7 @@ private:
     // Detaches every probe, then resumes the target if a loader stop of ours may still
     // hold it. Safe to call more than once.
     void release_target() {
-        for (auto& a : attached_) bpf_link__destroy(a.link);
-        attached_.clear();
+        if (probes_) probes_->detach_all();
         if (skel_ && pid_ > 0 && skel_->bss->library_stops != stops_resumed_) {
             stops_resumed_ = skel_->bss->library_stops;
             kill(pid_, SIGCONT);
@@ -385,7 +316,7 @@ private:
         if (const char* slots = std::getenv("PROFINFER_THREAD_SLOTS"))
             bpf_map__set_max_entries(skel_->maps.thread_states, std::max(1, std::atoi(slots)));
         skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
-        skel_->bss->layout = layout_.offsets;
+        probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, *db_);
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;
         // sched_switch also keeps per-node counters right across CPU migrations.
@@ -408,150 +339,10 @@ private:
         for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
                                   std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
                                   std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
-            if (bpf_program__autoload(prog)) {
-                bpf_link* l = bpf_program__attach(prog);
-                record_probe(name, "", "tp_btf", l != nullptr, l ? "" : std::strerror(errno));
-                if (!l) throw Error(std::string("cannot attach tracepoint ") + name + ": " + std::strerror(errno));
-                attached_.push_back({l, nullptr, {}});
-            }
+            if (bpf_program__autoload(prog)) probes_->attach_tracepoint(prog, name);
         }
         rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &Recorder::on_event_thunk, this, nullptr);
         if (!rb_) throw_errno("creating the ring buffer consumer");
-    }
-
-    // OFFSET: the function's file offset when we know it (ElfSymbols); 0 lets libbpf
-    // resolve SYMBOL itself.
-    bpf_link* attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret, uint64_t offset = 0) {
-        LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
-        return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), offset, &uo);
-    }
-
-    void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
-                      const std::string& reason) {
-        store::Statement st(db_->handle(),
-                            "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)");
-        st.bind(1, symbol).bind(2, lib).bind(3, std::string(kind)).bind(4, int64_t{ok});
-        ok ? st.bind_null(5) : st.bind(5, reason);
-        st.run();
-    }
-
-    void attach_loader_watch() {
-        fs::path ld = own_dynamic_loader();
-        bpf_link* l = attach_uprobe(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false);
-        int err = l ? 0 : errno;
-        record_probe("_dl_debug_state", ld, "uprobe", l != nullptr, l ? "" : std::strerror(err));
-        if (!l && (err == EACCES || err == EPERM))
-            throw Error("attaching uprobes was refused (" + std::string(std::strerror(err)) +
-                        "): run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (see docs/reliability.md)");
-        if (!l)
-            throw Error("cannot attach to " + ld.string() + ":_dl_debug_state (" + std::strerror(err) +
-                        "); without it libraries loaded later would be missed");
-        attached_.push_back({l, nullptr, ld});
-    }
-
-    bool seen_role(LibRole r) const {
-        for (const auto& [path, role] : libraries_)
-            if (role == r) return true;
-        return false;
-    }
-
-    // DWARF when the ggml libraries carry it; otherwise the built-in table stays.
-    void update_layout() {
-        std::vector<fs::path> with_dwarf;
-        for (const auto& [path, role] : libraries_)
-            if (debug_info_[path] && (role == LibRole::GgmlBase || role == LibRole::GgmlCpu || role == LibRole::Llama))
-                with_dwarf.push_back(path);
-        std::sort(with_dwarf.begin(), with_dwarf.end(), [&](const fs::path& a, const fs::path& b) {
-            return libraries_[a] == LibRole::Llama ? false : libraries_[b] == LibRole::Llama;  // libllama last: largest
-        });
-        if (with_dwarf.size() == dwarf_libs_used_) return;
-        try {
-            layout_ = GgmlLayout::from_dwarf(with_dwarf);
-            dwarf_libs_used_ = with_dwarf.size();
-        } catch (const Error&) {
-            return;  // not all structs yet (libggml-cpu not loaded): keep what we have
-        }
-        skel_->bss->layout = layout_.offsets;
-    }
-
-    // Looks at the target's mappings and attaches to every library not seen before.
-    void attach_new_libraries() {
-        std::vector<MappedLibrary> fresh;
-        for (const auto& lib : mapped_libraries(pid_)) {
-            if (lib.role == LibRole::Other || libraries_.count(lib.path)) continue;
-            libraries_[lib.path] = lib.role;
-            fresh.push_back(lib);
-        }
-        if (fresh.empty()) return;
-        std::map<fs::path, std::shared_ptr<ElfSymbols>> elf;
-        for (const auto& lib : fresh) {
-            elf[lib.path] = std::make_shared<ElfSymbols>(lib.path);
-            debug_info_[lib.path] = elf[lib.path]->has_debug_info();
-            store::Statement st(db_->handle(),
-                                "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
-            st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf[lib.path]->build_id());
-            st.bind(4, int64_t{debug_info_[lib.path]}).run();
-        }
-        update_layout();
-        set_meta("struct_layout", layout_.source);
-        for (const auto& lib : fresh) {
-            const auto& sym = *elf[lib.path];
-            OpStrategy strategy = OpStrategy::None;
-            if (lib.role == LibRole::GgmlCpu && is_op_group(max_group(opts_.level))) {
-                strategy = choose_strategy(sym);
-                set_meta("op_strategy", to_string(strategy));
-                if (strategy == OpStrategy::None)
-                    fatal_.push_back(lib.path.filename().string() +
-                                     " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward: is it "
-                                     "stripped? use a build with symbols, or --level graph");
-            }
-            for (const auto& p : kProbes) {
-                if (p.role != lib.role || p.group > max_group(opts_.level)) continue;
-                if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-                if (is_op_group(p.group) && strategy == OpStrategy::None) continue;
-                const char* kind = p.retprobe ? "uretprobe" : "uprobe";
-                if (!sym.has_function(p.symbol)) {
-                    std::string why = lib.path.filename().string() + " has no symbol " + p.symbol +
-                                      (sym.has_symtab() ? "" : ": is it stripped? use a build with symbols");
-                    record_probe(p.symbol, lib.path, kind, false, why);
-                    if (p.required) fatal_.push_back(why);
-                    continue;
-                }
-                if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
-                bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe, sym.file_offset(p.symbol));
-                record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
-                if (!l) {
-                    fatal_.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
-                    continue;
-                }
-                attached_.push_back({l, &p, lib.path});
-            }
-            if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy, elf[lib.path]});
-        }
-        if (!fatal_.empty()) throw Error(fatal_.front());
-    }
-
-    void set_ops_attached(bool on) {
-        if (on == ops_attached_) return;
-        ops_attached_ = on;
-        skel_->data->ops_enabled = on;
-        if (!on) {
-            auto it = std::remove_if(attached_.begin(), attached_.end(), [](const Attached& a) {
-                if (!a.probe || !is_op_group(a.probe->group)) return false;
-                bpf_link__destroy(a.link);
-                return true;
-            });
-            attached_.erase(it, attached_.end());
-        } else {
-            for (const auto& [lib, strategy, sym] : op_libs_)
-                for (const auto& p : kProbes) {
-                    if (!is_op_group(p.group) || p.group > max_group(opts_.level) || p.role != LibRole::GgmlCpu) continue;
-                    if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-                    if (!sym->has_function(p.symbol)) continue;
-                    if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))
-                        attached_.push_back({l, &p, lib});
-                }
-        }
     }
 
     static int on_event_thunk(void* self, void* data, size_t size) {
@@ -572,7 +363,7 @@ private:
         if (size == sizeof(pi_token_event) && static_cast<const pi_event_header*>(data)->kind == PI_EV_TOKEN) {
             auto* t = static_cast<const pi_token_event*>(data);
             if (t->n_tokens == 1) {
-                auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, ops_attached_);
+                auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, probes_->ops_attached());
                 if (action != QosController::Action::None) qos_pending_ = action;
             }
         }
@@ -583,7 +374,7 @@ private:
         if (!qos_pending_) return;
         auto action = *qos_pending_;
         qos_pending_.reset();
-        set_ops_attached(action == QosController::Action::Attach);
+        probes_->set_ops_attached(action == QosController::Action::Attach);
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);  // the clock of bpf_ktime_get_ns: when it took effect
         const int64_t ts = int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
@@ -629,7 +420,7 @@ private:
                     if (library_changed_) {
                         library_changed_ = false;
                         uint64_t stops = skel_->bss->library_stops;
-                        attach_new_libraries();
+                        probes_->attach_new_libraries();
                         stops_resumed_ = stops;
                         kill(pid_, SIGCONT);
                     }
@@ -685,7 +476,7 @@ private:
         set_meta("ended_at", std::to_string(std::time(nullptr)));
         set_meta("status", store::to_string(rs));
         writer_->commit();
-        if (!seen_role(LibRole::Llama)) throw Error("the target never loaded libllama: is it a llama.cpp program?");
+        if (!probes_->seen_role(LibRole::Llama)) throw Error("the target never loaded libllama: is it a llama.cpp program?");
         if (!opts_.quiet) {
             std::cerr << "profinfer: recorded";
             for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
@@ -703,34 +494,22 @@ private:
 
     RecordOptions opts_;
     std::unique_ptr<store::Database> db_;
-    GgmlLayout layout_;
     QosController qos_;
     std::unique_ptr<PerCpuCounters> counters_;
     int n_cpus_ = 1;
     tracer_bpf* skel_ = nullptr;
     ring_buffer* rb_ = nullptr;
     std::unique_ptr<TraceWriter> writer_;
-    std::vector<Attached> attached_;
-    struct OpLibrary {
-        fs::path path;
-        OpStrategy strategy;
-        std::shared_ptr<ElfSymbols> symbols;
-    };
-    std::vector<OpLibrary> op_libs_;
+    std::unique_ptr<ProbeAttacher> probes_;
     std::unique_ptr<LaunchedProcess> child_;
     std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;
     uint64_t stops_resumed_ = 0;  // library_stops when we last sent SIGCONT
     std::string recording_error_;
-    std::map<fs::path, LibRole> libraries_;
-    std::map<fs::path, bool> debug_info_;
-    size_t dwarf_libs_used_ = 0;
-    std::vector<std::string> fatal_;
     std::string consumer_error_;
     std::optional<QosController::Action> qos_pending_;
     int interrupted_by_ = 0;
     bool library_changed_ = false;
-    bool ops_attached_ = true;
 };
 
 }  // namespace

@@ -55,6 +55,7 @@ public:
     const std::filesystem::path& path() const { return path_; }
     int64_t scalar(const std::string& sql);  // first column of the first row, 0 if none
     std::map<std::string, std::string> meta();
+    void set_meta(const std::string& key, const std::string& value);
 
 private:
     std::filesystem::path path_;

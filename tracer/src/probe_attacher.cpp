@@ -1,0 +1,249 @@
+#include "probe_attacher.h"
+
+#include <bpf/libbpf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "elf_symbols.h"
+#include "profinfer/error.h"
+#include "tracer_bpf.skel.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+namespace {
+
+// Which probes the operator level uses for a libggml-cpu, chosen per binary.
+enum class OpStrategy { None, ComputeForward, NodeHooks };
+const char* to_string(OpStrategy s) {
+    switch (s) {
+        case OpStrategy::ComputeForward: return "ggml_compute_forward";
+        case OpStrategy::NodeHooks: return "ggml_cpu_extra_compute_forward + ggml_compute_forward_rms_norm_mul_fused";
+        case OpStrategy::None: return "none";
+    }
+    return "?";
+}
+
+// Op: one probe hit per node and thread. Wait adds ggml_barrier, another hit or more per
+// node and thread, for the compute/wait split (paper Fig. 6): the costliest probe, so it
+// comes with --level full only.
+enum class Group { Token, Graph, Op, Wait };
+
+// One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL.
+struct Probe {
+    const char* symbol;
+    LibRole role;
+    bool retprobe;
+    bpf_program* (*program)(tracer_bpf*);
+    Group group;
+    bool required;  // recording at this level is impossible without it
+    OpStrategy only_for = OpStrategy::None;  // operator probes belong to one strategy (None: all)
+};
+
+#define PROG(name) [](tracer_bpf* s) { return s->progs.name; }
+const Probe kProbes[] = {
+    {"llama_decode", LibRole::Llama, false, PROG(llama_decode_enter), Group::Token, true},
+    {"llama_decode", LibRole::Llama, true, PROG(llama_decode_exit), Group::Token, true},
+    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true},
+    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
+    {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true},
+    {"ggml_graph_compute", LibRole::GgmlCpu, true, PROG(cpu_graph_exit), Group::Graph, true},
+    {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward},
+    {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,
+     OpStrategy::NodeHooks},
+    {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
+    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true},
+};
+#undef PROG
+
+Group max_group(TraceLevel l) {
+    switch (l) {
+        case TraceLevel::Token: return Group::Token;
+        case TraceLevel::Graph: return Group::Graph;
+        case TraceLevel::Op: return Group::Op;
+        case TraceLevel::Full: return Group::Wait;
+    }
+    return Group::Token;
+}
+bool is_op_group(Group g) { return g == Group::Op || g == Group::Wait; }
+
+OpStrategy choose_strategy(const ElfSymbols& elf) {
+    if (elf.has_function("ggml_compute_forward")) return OpStrategy::ComputeForward;
+    if (elf.has_function("ggml_cpu_extra_compute_forward")) return OpStrategy::NodeHooks;
+    return OpStrategy::None;
+}
+
+}  // namespace
+
+struct ProbeAttacher::Attached {
+    bpf_link* link;
+    const Probe* probe;  // null for the loader watch and tracepoints
+    fs::path lib;
+};
+
+struct ProbeAttacher::OpLibrary {
+    fs::path path;
+    OpStrategy strategy;
+    std::shared_ptr<ElfSymbols> symbols;
+};
+
+ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, store::Database& db)
+    : skel_(skel), pid_(pid), level_(level), db_(db), layout_(GgmlLayout::builtin()) {
+    skel_->bss->layout = layout_.offsets;
+}
+
+ProbeAttacher::~ProbeAttacher() { detach_all(); }
+
+void ProbeAttacher::detach_all() {
+    for (auto& a : attached_) bpf_link__destroy(a.link);
+    attached_.clear();
+}
+
+void ProbeAttacher::attach_tracepoint(bpf_program* prog, const char* name) {
+    bpf_link* l = bpf_program__attach(prog);
+    const int err = l ? 0 : errno;
+    record_probe(name, "", "tp_btf", l != nullptr, l ? "" : std::strerror(err));
+    if (!l) throw Error(std::string("cannot attach tracepoint ") + name + ": " + std::strerror(err));
+    attached_.push_back({l, nullptr, {}});
+}
+
+// OFFSET: the function's file offset when we know it (ElfSymbols); 0 lets libbpf
+// resolve SYMBOL itself.
+bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret, uint64_t offset) {
+    LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
+    return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), offset, &uo);
+}
+
+void ProbeAttacher::record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
+                  const std::string& reason) {
+    store::Statement st(db_.handle(),
+                        "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)");
+    st.bind(1, symbol).bind(2, lib).bind(3, std::string(kind)).bind(4, int64_t{ok});
+    ok ? st.bind_null(5) : st.bind(5, reason);
+    st.run();
+}
+
+void ProbeAttacher::attach_loader_watch() {
+    fs::path ld = own_dynamic_loader();
+    bpf_link* l = attach_uprobe(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false, 0);
+    int err = l ? 0 : errno;
+    record_probe("_dl_debug_state", ld, "uprobe", l != nullptr, l ? "" : std::strerror(err));
+    if (!l && (err == EACCES || err == EPERM))
+        throw Error("attaching uprobes was refused (" + std::string(std::strerror(err)) +
+                    "): run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (see docs/reliability.md)");
+    if (!l)
+        throw Error("cannot attach to " + ld.string() + ":_dl_debug_state (" + std::strerror(err) +
+                    "); without it libraries loaded later would be missed");
+    attached_.push_back({l, nullptr, ld});
+}
+
+bool ProbeAttacher::seen_role(LibRole r) const {
+    for (const auto& [path, role] : libraries_)
+        if (role == r) return true;
+    return false;
+}
+
+// DWARF when the ggml libraries carry it; otherwise the built-in table stays.
+void ProbeAttacher::update_layout() {
+    std::vector<fs::path> with_dwarf;
+    for (const auto& [path, role] : libraries_)
+        if (debug_info_[path] && (role == LibRole::GgmlBase || role == LibRole::GgmlCpu || role == LibRole::Llama))
+            with_dwarf.push_back(path);
+    std::sort(with_dwarf.begin(), with_dwarf.end(), [&](const fs::path& a, const fs::path& b) {
+        return libraries_[a] == LibRole::Llama ? false : libraries_[b] == LibRole::Llama;  // libllama last: largest
+    });
+    if (with_dwarf.size() == dwarf_libs_used_) return;
+    try {
+        layout_ = GgmlLayout::from_dwarf(with_dwarf);
+        dwarf_libs_used_ = with_dwarf.size();
+    } catch (const Error&) {
+        return;  // not all structs yet (libggml-cpu not loaded): keep what we have
+    }
+    skel_->bss->layout = layout_.offsets;
+}
+
+// Looks at the target's mappings and attaches to every library not seen before.
+void ProbeAttacher::attach_new_libraries() {
+    std::vector<std::string> fatal;
+    std::vector<MappedLibrary> fresh;
+    for (const auto& lib : mapped_libraries(pid_)) {
+        if (lib.role == LibRole::Other || libraries_.count(lib.path)) continue;
+        libraries_[lib.path] = lib.role;
+        fresh.push_back(lib);
+    }
+    if (fresh.empty()) return;
+    std::map<fs::path, std::shared_ptr<ElfSymbols>> elf;
+    for (const auto& lib : fresh) {
+        elf[lib.path] = std::make_shared<ElfSymbols>(lib.path);
+        debug_info_[lib.path] = elf[lib.path]->has_debug_info();
+        store::Statement st(db_.handle(),
+                            "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
+        st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf[lib.path]->build_id());
+        st.bind(4, int64_t{debug_info_[lib.path]}).run();
+    }
+    update_layout();
+    db_.set_meta("struct_layout", layout_.source);
+    for (const auto& lib : fresh) {
+        const auto& sym = *elf[lib.path];
+        OpStrategy strategy = OpStrategy::None;
+        if (lib.role == LibRole::GgmlCpu && is_op_group(max_group(level_))) {
+            strategy = choose_strategy(sym);
+            db_.set_meta("op_strategy", to_string(strategy));
+            if (strategy == OpStrategy::None)
+                fatal.push_back(lib.path.filename().string() +
+                                 " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward: is it "
+                                 "stripped? use a build with symbols, or --level graph");
+        }
+        for (const auto& p : kProbes) {
+            if (p.role != lib.role || p.group > max_group(level_)) continue;
+            if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
+            if (is_op_group(p.group) && strategy == OpStrategy::None) continue;
+            const char* kind = p.retprobe ? "uretprobe" : "uprobe";
+            if (!sym.has_function(p.symbol)) {
+                std::string why = lib.path.filename().string() + " has no symbol " + p.symbol +
+                                  (sym.has_symtab() ? "" : ": is it stripped? use a build with symbols");
+                record_probe(p.symbol, lib.path, kind, false, why);
+                if (p.required) fatal.push_back(why);
+                continue;
+            }
+            if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
+            bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe, sym.file_offset(p.symbol));
+            record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
+            if (!l) {
+                fatal.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
+                continue;
+            }
+            attached_.push_back({l, &p, lib.path});
+        }
+        if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy, elf[lib.path]});
+    }
+    if (!fatal.empty()) throw Error(fatal.front());
+}
+
+void ProbeAttacher::set_ops_attached(bool on) {
+    if (on == ops_attached_) return;
+    ops_attached_ = on;
+    skel_->data->ops_enabled = on;
+    if (!on) {
+        auto it = std::remove_if(attached_.begin(), attached_.end(), [](const Attached& a) {
+            if (!a.probe || !is_op_group(a.probe->group)) return false;
+            bpf_link__destroy(a.link);
+            return true;
+        });
+        attached_.erase(it, attached_.end());
+    } else {
+        for (const auto& [lib, strategy, sym] : op_libs_)
+            for (const auto& p : kProbes) {
+                if (!is_op_group(p.group) || p.group > max_group(level_) || p.role != LibRole::GgmlCpu) continue;
+                if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
+                if (!sym->has_function(p.symbol)) continue;
+                if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))
+                    attached_.push_back({l, &p, lib});
+            }
+    }
+}
+
+}  // namespace profinfer

@@ -1,0 +1,75 @@
+#pragma once
+// Attaching the probes, and owning them: which probes a level needs, in which of the
+// target's libraries, with which strategy for the operator level; every attempt is
+// recorded in the `probes` table. Its failures (a stripped library, a refused attach)
+// are errors naming the library and symbol; detach_all() is the one way they go.
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "profinfer/recorder.h"
+#include "profinfer/store.h"
+#include "struct_layout.h"
+#include "target.h"
+
+struct tracer_bpf;
+struct bpf_link;
+struct bpf_program;
+
+namespace profinfer {
+
+class ElfSymbols;
+
+class ProbeAttacher {
+public:
+    // SKEL opened (not necessarily loaded yet); its layout global is kept up to date.
+    ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, store::Database& db);
+    ~ProbeAttacher();
+    ProbeAttacher(const ProbeAttacher&) = delete;
+    ProbeAttacher& operator=(const ProbeAttacher&) = delete;
+
+    // The struct layout in use (DWARF once the libraries have it, else the built-in table).
+    const GgmlLayout& layout() const { return layout_; }
+
+    void attach_tracepoint(bpf_program* prog, const char* name);
+    // The dynamic loader's _dl_debug_state, so that libraries loaded later are seen.
+    void attach_loader_watch();
+    // Looks at the target's mappings and attaches to every library not seen before.
+    // Throws when a probe the level needs cannot be had.
+    void attach_new_libraries();
+    bool seen_role(LibRole role) const;
+
+    // The QoS controller's switch: operator probes off (detached) or on again.
+    void set_ops_attached(bool on);
+    bool ops_attached() const { return ops_attached_; }
+
+    // Every probe goes, at once. Safe to call more than once.
+    void detach_all();
+
+private:
+    struct Attached;
+    struct OpLibrary;
+    bpf_link* attach_uprobe(bpf_program* prog, const std::filesystem::path& lib, const char* symbol, bool ret,
+                            uint64_t offset);
+    void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
+                      const std::string& reason);
+    void update_layout();
+
+    tracer_bpf* skel_;
+    pid_t pid_;
+    TraceLevel level_;
+    store::Database& db_;
+    GgmlLayout layout_;
+    std::vector<Attached> attached_;
+    std::vector<OpLibrary> op_libs_;
+    std::map<std::filesystem::path, LibRole> libraries_;
+    std::map<std::filesystem::path, bool> debug_info_;
+    size_t dwarf_libs_used_ = 0;
+    bool ops_attached_ = true;
+};
+
+}  // namespace profinfer
