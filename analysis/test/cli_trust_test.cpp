@@ -21,13 +21,6 @@ using namespace profinfer::test;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 // A writable copy of a golden trace.
 fs::path copy_golden(const TempDir& d, const std::string& name) {
     fs::path p = d / (name + ".db");
@@ -72,7 +65,7 @@ TEST(CliTrust, OutputNamesAreNeverGivenToAShell) {
     auto r = run({profinfer_bin(), "dag", golden_trace("llama3.2-1b-full"), "--layer", "1", "-o", name});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_TRUE(fs::exists(d / name));
-    EXPECT_NE(slurp(d / name).find("<svg"), std::string::npos);
+    EXPECT_NE(read_file(d / name).find("<svg"), std::string::npos);
     EXPECT_FALSE(fs::exists(d / "pwned"));
     EXPECT_FALSE(fs::exists(d / "pwned2"));
 }
@@ -88,7 +81,7 @@ TEST(CliTrust, ReportWorksInAPrivateDirectoryWhateverTmpdirHolds) {
     auto r = run({profinfer_bin(), "report", golden_trace("qwen1.5-moe-a2.7b-full"), "-o", d / "report.html"},
                  {{"TMPDIR", tmp.string()}});
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(slurp(d / "report.html").find("<svg"), std::string::npos);
+    EXPECT_NE(read_file(d / "report.html").find("<svg"), std::string::npos);
     EXPECT_FALSE(fs::exists(d / "pwned"));
     EXPECT_FALSE(fs::exists(d / "pwned2"));
     EXPECT_TRUE(fs::is_empty(tmp)) << "report left its work files behind";
@@ -103,7 +96,7 @@ TEST(CliTrust, TraceTextIsEscapedInEveryOutputFormat) {
     const std::string evil = "attn_norm-1\", URL=\"javascript:alert(1)\", tooltip=\"x\\";
     sql(db, "UPDATE nodes SET name = '" + evil + "' WHERE name = 'attn_norm-1'");
     ASSERT_EQ(run({profinfer_bin(), "dag", db, "-o", d / "dag.svg"}).status, 0);
-    const std::string svg = slurp(d / "dag.svg");
+    const std::string svg = read_file(d / "dag.svg");
     EXPECT_EQ(svg.find("href"), std::string::npos);
     EXPECT_EQ(svg.find("<a "), std::string::npos);
     EXPECT_NE(svg.find("javascript:alert(1)"), std::string::npos) << "the name is kept as text";
@@ -128,10 +121,10 @@ TEST(CliTrust, OutputsReplaceSymlinksInsteadOfWritingThroughThem) {
     fs::create_symlink(d / "victim", d / "dag.dot");
     ASSERT_EQ(run({profinfer_bin(), "timeline", golden_trace("llama3.2-1b-full"), "-o", d / "trace.json"}).status, 0);
     ASSERT_EQ(run({profinfer_bin(), "dag", golden_trace("llama3.2-1b-full"), "-o", d / "dag.dot"}).status, 0);
-    EXPECT_EQ(slurp(d / "victim"), "precious");
+    EXPECT_EQ(read_file(d / "victim"), "precious");
     EXPECT_FALSE(fs::is_symlink(d / "trace.json"));
     EXPECT_FALSE(fs::is_symlink(d / "dag.dot"));
-    EXPECT_NE(slurp(d / "trace.json").find("traceEvents"), std::string::npos);
+    EXPECT_NE(read_file(d / "trace.json").find("traceEvents"), std::string::npos);
 }
 
 // On a full disk every analysis command fails in one line and leaves no truncated file.

@@ -13,13 +13,6 @@
 namespace fs = std::filesystem;
 using namespace profinfer::test;
 
-namespace {
-std::string read_file(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(f)), {});
-}
-}  // namespace
-
 TEST(SynthCli, UnwritableOutputIsOneErrorLineAndNoFile) {
     TempDir d;
     fs::path out = d / "no-such-dir" / "m.gguf";

@@ -43,16 +43,8 @@ TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
     pid_t pid = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--",
                        llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "1500", "Hello"});
     // Ready once decode calls are stored.
-    ASSERT_TRUE(wait_until(
-        [&] {
-            try {
-                store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
-                return db.scalar("SELECT count(*) FROM tokens") > 10;
-            } catch (...) {
-                return false;
-            }
-        },
-        std::chrono::seconds(60)));
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 10; },
+                           std::chrono::seconds(60)));
     kill(pid, SIGTERM);
     int st = 0;
     waitpid(pid, &st, 0);

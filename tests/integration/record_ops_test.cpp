@@ -225,13 +225,8 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     TempDir d;
     pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "800", "2"}, d / "out");
     // Decoding is under way once the first decode call's nodes are out.
-    ASSERT_TRUE(wait_until(
-        [&] {
-            std::ifstream f(d / "out");
-            std::string all((std::istreambuf_iterator<char>(f)), {});
-            return all.find("\"call\":2") != std::string::npos;
-        },
-        std::chrono::seconds(60)));
+    ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2") != std::string::npos; },
+                           std::chrono::seconds(60)));
     auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     int st = 0;
     waitpid(target, &st, 0);
@@ -284,7 +279,9 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     };
     auto probe = record(d, {"--level", "op"}, {simple[0], simple[1], simple[2], "-n", "300", "Hello"});
     ASSERT_EQ(probe.result.status, 0) << probe.result.err;
-    const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 1.3;
+    // Half the traced speed: the hogs must push decoding below it, and without them even
+    // a loaded machine is back above 1.2 times it.
+    const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 2;
 
     std::vector<pid_t> hogs{spawn({"/bin/sh", "-c", "while :; do :; done"}), spawn({"/bin/sh", "-c", "while :; do :; done"})};
     auto stop_hogs = [&] {
@@ -294,13 +291,8 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     const fs::path db = d / "qos.db";
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--qos-min-tps", std::to_string(min_tps), "-o", db,
                         "--", simple[0], simple[1], simple[2], "-n", "100000", "Hello"});
-    auto events = [&](const char* action) -> int64_t {
-        try {
-            store::Database s(db, store::Database::Mode::ReadOnly);
-            return s.scalar(std::string("SELECT coalesce(max(ts_ns), 0) FROM qos_events WHERE action = '") + action + "'");
-        } catch (...) {
-            return 0;
-        }
+    auto events = [&](const char* action) {
+        return scalar_or_zero(db, std::string("SELECT coalesce(max(ts_ns), 0) FROM qos_events WHERE action = '") + action + "'");
     };
     const bool detached = wait_until([&] { return events("detach") > 0; }, std::chrono::seconds(60));
     stop_hogs();
@@ -310,8 +302,8 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
         const int64_t since = events("attach");
         wait_until(
             [&] {
-                store::Database s(db, store::Database::Mode::ReadOnly);
-                return s.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu' AND start_ns > " + std::to_string(since)) > 20;
+                return scalar_or_zero(db, "SELECT count(*) FROM graphs WHERE api = 'cpu' AND start_ns > " +
+                                              std::to_string(since)) > 20;
             },
             std::chrono::seconds(30));
     }

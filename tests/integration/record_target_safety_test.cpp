@@ -21,16 +21,9 @@ using namespace profinfer::test;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 // Calls in llama_graph_dump's output so far (a line being written is not counted).
 int calls_in_dump(const fs::path& out) {
-    std::string text = slurp(out);
+    std::string text = read_file(out);
     text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
     int calls = 0;
     for (const auto& n : parse_graph_dump(text)) calls = std::max(calls, n.call + 1);
@@ -96,7 +89,7 @@ TEST(TargetSafety, KillNineAtTheLoaderStopLetsTheCommandFinish) {
             return false;
         },
         60s);
-    ASSERT_TRUE(caught) << "never saw the command at a loader stop: " << slurp(d / "err");
+    ASSERT_TRUE(caught) << "never saw the command at a loader stop: " << read_file(d / "err");
     kill(prof, SIGKILL);
     ASSERT_TRUE(reap(prof, 10s));
     auto status = reap(target, 120s);
@@ -115,16 +108,7 @@ TEST(TargetSafety, KillNineWhileAttachedLetsTheProcessFinish) {
     ASSERT_TRUE(wait_until([&] { return calls_in_dump(d / "out") >= 2; }, 60s)) << "the target never started decoding";
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     // Ready once it has stored decode calls.
-    ASSERT_TRUE(wait_until(
-        [&] {
-            try {
-                store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
-                return db.scalar("SELECT count(*) FROM tokens") > 0;
-            } catch (...) {
-                return false;
-            }
-        },
-        60s));
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
     kill(prof, SIGKILL);
     ASSERT_TRUE(reap(prof, 10s));
     auto status = reap(target, 120s);
@@ -150,7 +134,7 @@ TEST(TargetSafety, SignalDuringLoadNeverRunsTheCommandUntraced) {
     ASSERT_TRUE(status);
     EXPECT_NE(*status, 0);
     EXPECT_FALSE(fs::exists(marker)) << "the command ran although profinfer was stopped before tracing it";
-    std::string err = slurp(d / "err");
+    std::string err = read_file(d / "err");
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
     EXPECT_NE(err.find("interrupted by Terminated"), std::string::npos) << err;
     EXPECT_FALSE(fs::exists(d / "run.db"));

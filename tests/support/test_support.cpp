@@ -18,14 +18,21 @@ namespace fs = std::filesystem;
 
 namespace profinfer::test {
 
-namespace {
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p);
+std::string read_file(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
 }
-}  // namespace
+
+int64_t scalar_or_zero(const fs::path& db, const std::string& sql) {
+    try {
+        store::Database d(db, store::Database::Mode::ReadOnly);
+        return d.scalar(sql);
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
 
 namespace {
 [[noreturn]] void exec_argv(const std::vector<std::string>& argv) {
@@ -66,8 +73,8 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
     waitpid(pid, &st, 0);
     RunResult r;
     r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = slurp(out);
-    r.err = slurp(err);
+    r.out = read_file(out);
+    r.err = read_file(err);
     return r;
 }
 
@@ -128,13 +135,13 @@ std::vector<pid_t> children_of(pid_t pid) {
 }
 
 char state_of(pid_t pid) {
-    std::string s = slurp("/proc/" + std::to_string(pid) + "/stat");
+    std::string s = read_file("/proc/" + std::to_string(pid) + "/stat");
     auto close = s.rfind(')');
     return close == std::string::npos || close + 2 >= s.size() ? 0 : s[close + 2];
 }
 
 std::string comm_of(pid_t pid) {
-    std::string s = slurp("/proc/" + std::to_string(pid) + "/comm");
+    std::string s = read_file("/proc/" + std::to_string(pid) + "/comm");
     while (!s.empty() && s.back() == '\n') s.pop_back();
     return s;
 }

@@ -45,6 +45,11 @@ std::string comm_of(pid_t pid);
 // waitpid with a timeout: the exit status (128+signal when killed), or nothing.
 std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout);
 
+std::string read_file(const std::filesystem::path& p);
+// The first column of SQL's first row on the trace DB, or 0 while it cannot be read
+// (not created yet, its schema not committed yet): for readiness checks.
+int64_t scalar_or_zero(const std::filesystem::path& db, const std::string& sql);
+
 // The profinfer binary under test.
 std::filesystem::path profinfer_bin();
 // tests/programs/llama_graph_dump, built against the pinned debug llama.cpp.
