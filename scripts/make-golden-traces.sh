@@ -10,9 +10,9 @@ profinfer=$build/profinfer
 simple=$("$top/scripts/llama.sh" program debug llama-simple)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for card in llama3.2-1b qwen1.5-moe-a2.7b; do
+for card in llama3.2-1b qwen2.5-1.5b gemma2-2b qwen1.5-moe-a2.7b; do
   "$profinfer" model synth --card "$card" --scale tiny -o "$work/$card.gguf" 2>/dev/null
-  "$profinfer" record -q --level full -o "$work/$card-full.db" -- "$simple" -m "$work/$card.gguf" -n 6 "Hello world" >/dev/null 2>&1
+  "$profinfer" record -q --level full -o "$work/$card-full.db" -- "$simple" -m "$work/$card.gguf" -n 8 "Hello world" >/dev/null 2>&1
   sqlite3 "$work/$card-full.db" "VACUUM"
   # A golden trace is a complete run, and says which machine it came from only vaguely.
   sqlite3 "$work/$card-full.db" "UPDATE meta SET value = 'golden' WHERE key = 'host'"

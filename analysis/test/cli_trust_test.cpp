@@ -49,8 +49,8 @@ const char* kInjection = "x'$(touch pwned)'\"`touch pwned2`\"";
 
 }  // namespace
 
-TEST(CliTrust, GoldenTracesAreCompleteRecordingsOfEveryLevel) {
-    for (const char* name : {"llama3.2-1b-full", "qwen1.5-moe-a2.7b-full"}) {
+TEST(CliTrust, GoldenTracesAreCompleteFullLevelRecordings) {
+    for (const char* name : {"llama3.2-1b-full", "qwen2.5-1.5b-full", "gemma2-2b-full", "qwen1.5-moe-a2.7b-full"}) {
         store::Database db(golden_trace(name), store::Database::Mode::ReadOnly);
         EXPECT_EQ(store::run_health(db).status, "complete") << name;
         EXPECT_GT(db.scalar("SELECT count(*) FROM ops"), 500) << name;

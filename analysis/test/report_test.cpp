@@ -13,9 +13,8 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
-    PROFINFER_REQUIRE_BPF();
     TempDir d;
-    fs::copy_file(tiny_recording("qwen1.5-moe-a2.7b", "full", 12), d / "moe.db");
+    fs::copy_file(golden_trace("qwen1.5-moe-a2.7b-full"), d / "moe.db");
     MachineBench m;
     m.cpu = "test machine";
     m.roofs = {{1, 10.0, 50.0}, {2, 15.0, 100.0}};

@@ -12,7 +12,7 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 namespace {
-fs::path recording() { return tiny_recording("llama3.2-1b", "op", 8); }
+fs::path recording() { return golden_trace("llama3.2-1b-full"); }
 MachineBench machine(double gbs, double gflops) {
     MachineBench m;
     m.roofs = {{1, gbs, gflops}, {64, gbs, gflops}};
@@ -27,7 +27,6 @@ std::set<std::string> verdicts(const Table& t, const char* op = nullptr) {
 }  // namespace
 
 TEST(Roofline, MatMulFlopsFromShapes) {
-    PROFINFER_REQUIRE_BPF();
     TraceGraphs trace(recording());
     int checked = 0;
     for (const auto& n : trace.nodes(trace.default_call()))
@@ -43,7 +42,6 @@ TEST(Roofline, MatMulFlopsFromShapes) {
 }
 
 TEST(Roofline, VerdictsFollowTheMachine) {
-    PROFINFER_REQUIRE_BPF();
     // Roofs no operator can approach: everything is overhead.
     EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e9, 1e9))), std::set<std::string>{"overhead-dominated"});
     // Tiny bandwidth, huge peak: anything that moves data is memory-bound.
@@ -53,7 +51,6 @@ TEST(Roofline, VerdictsFollowTheMachine) {
 }
 
 TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
-    PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto b = run({profinfer_bin(), "bench-machine", "--quick", "--threads", "1", "-o", d / "m.json"});
     ASSERT_EQ(b.status, 0) << b.err;
@@ -78,7 +75,6 @@ TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
 // reports measured traffic. No PMU here: a software counter recorded in its slot stands in,
 // relabelled as the board's counter — the analysis only reads the database.
 TEST(Roofline, CounterTrafficFromADramCounter) {
-    PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto r = run({profinfer_bin(), "record", "--level", "op", "--counters", "minor-faults", "-o", d / "c.db", "--",
                   llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"});

@@ -12,9 +12,8 @@ using namespace profinfer;
 using namespace profinfer::test;
 
 TEST(Timeline, WellFormedStrictlyNestedMonotonicPerTrack) {
-    PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto r = run({profinfer_bin(), "timeline", tiny_recording("qwen2.5-1.5b", "full", 8), "-o", d / "trace.json"});
+    auto r = run({profinfer_bin(), "timeline", golden_trace("qwen2.5-1.5b-full"), "-o", d / "trace.json"});
     ASSERT_EQ(r.status, 0) << r.err;
     nlohmann::json j = nlohmann::json::parse(std::ifstream(d / "trace.json"));  // throws if malformed
     const auto& ev = j.at("traceEvents");

@@ -176,19 +176,6 @@ fs::path tiny_model(const std::string& card, const std::string& type) {
     return p;
 }
 
-fs::path tiny_recording(const std::string& card, const std::string& level, int n_tokens) {
-    static TempDir dir;
-    static std::mutex m;
-    std::lock_guard lock(m);
-    fs::path db = dir / (card + "-" + level + "-" + std::to_string(n_tokens) + ".db");
-    if (!fs::exists(db)) {
-        auto r = run({profinfer_bin(), "record", "--level", level, "-o", db, "--", llama_debug().program("llama-simple"),
-                      "-m", tiny_model(card), "-n", std::to_string(n_tokens), "Hello world"});
-        if (r.status != 0) throw std::runtime_error("profinfer record failed: " + r.err);
-    }
-    return db;
-}
-
 // The recorded nodes per llama_decode call: for call k, the node names of every CPU
 // graph computed inside the k-th llama_decode, the nodes that have an op record, and
 // the nodes whose records are not exactly one per participating thread (ith 0..nth-1).

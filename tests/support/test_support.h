@@ -95,10 +95,6 @@ const LlamaInstall& llama_debug();
 // test program and kept for its lifetime.
 std::filesystem::path tiny_model(const std::string& card, const std::string& type = "f16");
 
-// `profinfer record --level LEVEL -- llama-simple -m <tiny CARD> -n N_TOKENS "Hello world"`,
-// made once per test program and kept for its lifetime.
-std::filesystem::path tiny_recording(const std::string& card, const std::string& level, int n_tokens);
-
 // A recording committed in tests/golden (scripts/make-golden-traces.sh), for tests
 // that must run where eBPF cannot: NAME is e.g. "llama3.2-1b-full".
 std::filesystem::path golden_trace(const std::string& name);

@@ -220,6 +220,8 @@ public:
         } catch (...) {
         }
         if (events_recorded() == 0) {
+            writer_.reset();  // its statements first: a connection with live statements does not close
+            probes_.reset();
             db_.reset();
             for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(opts_.output.string() + suffix);
             return;
