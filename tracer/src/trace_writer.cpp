@@ -168,6 +168,7 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_EXPERTS: {
             auto* e = as<pi_experts_event>(data, size, malformed_);
             if (!e) return;
+            if (e->n_used <= 0 || e->n_ids < 0) return void(++malformed_);  // no k: nothing to index by
             auto it = node_names_.find({e->graph_seq, e->tensor});
             std::string name = it == node_names_.end() ? "" : it->second;
             if (it != node_names_.end()) node_names_.erase(it);
