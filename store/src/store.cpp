@@ -125,6 +125,16 @@ Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
         throw Error("cannot open trace database " + path.string() + ": " + msg);
     }
     sqlite3_busy_timeout(db_, 2000);
+    try {
+        initialise(mode);
+    } catch (...) {
+        sqlite3_close(db_);  // a constructor that throws runs no destructor
+        throw;
+    }
+}
+
+void Database::initialise(Mode mode) {
+    const std::filesystem::path& path = path_;
     if (mode == Mode::Create) {
         if (scalar("SELECT count(*) FROM sqlite_master") != 0)
             throw Error(path.string() + " already holds a database; choose another -o or remove it");

@@ -58,6 +58,7 @@ public:
     void set_meta(const std::string& key, const std::string& value);
 
 private:
+    void initialise(Mode mode);  // schema (Create) or its version check (ReadOnly)
     std::filesystem::path path_;
     sqlite3* db_ = nullptr;
 };
