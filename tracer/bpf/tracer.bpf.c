@@ -193,6 +193,9 @@ struct thread_state {
 	__u64 start_ns, last_barrier_ns;
 	__u64 tensor, fused;
 	__u64 graph_seq;
+	/* ith/nth read once per graph and thread (ggml keeps them in a struct on the
+	 * thread's stack for the whole graph). */
+	__u64 params, params_graph_seq;
 	__s32 ith, nth;
 	__u32 barriers, start_cpu;
 	__u32 tid, tgid;
@@ -236,6 +239,9 @@ static __always_inline void read_counters(__u64 *out)
 /* Emits the finished node of thread state ST, ending at NOW. */
 static __always_inline void emit_op(struct thread_state *st, __u64 now)
 {
+	/* Ended either way: a record that could not be reserved is counted lost, never sent
+	 * again later with a wrong end. */
+	st->active = 0;
 	struct pi_op_event *ev = reserve(PI_EV_OP, sizeof(*ev));
 	if (!ev)
 		return;
@@ -267,7 +273,6 @@ static __always_inline void emit_op(struct thread_state *st, __u64 now)
 			ev->counters[c] = ~0ULL;
 	}
 	submit(ev);
-	st->active = 0;
 }
 
 struct flush_ctx {
@@ -392,11 +397,76 @@ static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *
 	submit(ev);
 }
 
-static __always_inline void emit_node(__u64 pid_tgid, __u64 seq, const void *t)
+/* llama.cpp reuses its graph from token to token: a node's details (name, shapes,
+ * sources: a 416-byte record and a dozen user reads) are sent when the tensor at that
+ * address is new or changed, and user space repeats them for every graph that runs it.
+ * Identity: the tensor's first bytes (type, shape, strides, op, params, flags, sources,
+ * view) read in one go. */
+#define PI_NODE_ID_BYTES 248
+struct node_identity {
+	__u8 b[PI_NODE_ID_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct node_identity);
+} nodes_sent SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct node_identity);
+} node_scratch SEC(".maps");
+
+/* True when the tensor's identity differs from what was last sent for its address;
+ * the identity read is left in *OUT for remember_node. */
+static __always_inline bool node_changed(const void *t, struct node_identity **out)
+{
+	__u32 zero = 0;
+	struct node_identity *id = bpf_map_lookup_elem(&node_scratch, &zero);
+	if (!id)
+		return true;
+	*out = id;
+	if (bpf_probe_read_user(id->b, sizeof(id->b), t) != 0)
+		return true;
+	__u64 key = (__u64)t;
+	struct node_identity *sent = bpf_map_lookup_elem(&nodes_sent, &key);
+	if (!sent)
+		return true;
+	for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
+		if (((__u64 *)id->b)[i] != ((__u64 *)sent->b)[i])
+			return true;
+	return false;
+}
+
+static __always_inline __u32 identity_op(const struct node_identity *id)
+{
+	__u32 off = layout.tensor_op;
+	if (off > PI_NODE_ID_BYTES - 4)
+		return ~0U;
+	__u32 op = 0;
+	__builtin_memcpy(&op, id->b + off, sizeof(op));
+	return op;
+}
+
+static __always_inline __u64 identity_src(const struct node_identity *id, __u32 i)
+{
+	__u32 off = layout.tensor_src + i * 8;
+	if (off > PI_NODE_ID_BYTES - 8)
+		return 0;
+	__u64 src = 0;
+	__builtin_memcpy(&src, id->b + off, sizeof(src));
+	return src;
+}
+
+static __always_inline bool emit_node(__u64 pid_tgid, __u64 seq, const void *t)
 {
 	struct pi_node_event *ev = reserve(PI_EV_NODE, sizeof(*ev));
 	if (!ev)
-		return;
+		return false;
 	fill_header(&ev->h, PI_EV_NODE, sizeof(*ev), pid_tgid);
 	ev->ts_ns = bpf_ktime_get_ns();
 	ev->graph_seq = seq;
@@ -407,10 +477,24 @@ static __always_inline void emit_node(__u64 pid_tgid, __u64 seq, const void *t)
 	for (int i = 0; i < PI_DETAIL_SRC; i++)
 		read_shape(&ev->src_shape[i], (const void *)ev->src[i]);
 	bpf_probe_read_user_str(ev->name, sizeof(ev->name), t + layout.tensor_name);
-	__u32 op = ev->dst.op;
-	__u64 ids = ev->src[2];
 	submit(ev);
-	if (capture_experts && op == layout.op_mul_mat_id && ids)
+	return true;
+}
+
+/* Thread 0 describes node T of graph SEQ: its details when they are news, its expert
+ * ids (which change every token) always. */
+static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, const void *t)
+{
+	struct node_identity *id = 0;
+	bool changed = node_changed(t, &id);
+	if (changed && emit_node(pid_tgid, seq, t) && id) {
+		__u64 key = (__u64)t;
+		bpf_map_update_elem(&nodes_sent, &key, id, BPF_ANY);
+	}
+	if (!capture_experts || !id)
+		return;
+	__u64 ids = identity_src(id, 2);
+	if (identity_op(id) == layout.op_mul_mat_id && ids)
 		emit_experts(pid_tgid, seq, t, (const void *)ids);
 }
 
@@ -440,10 +524,14 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	st->tensor = (__u64)tensor;
 	st->fused = (__u64)fused;
 	st->graph_seq = current_graph_seq;
-	st->ith = -1;
-	st->nth = -1;
-	bpf_probe_read_user(&st->ith, sizeof(st->ith), params + layout.params_ith);
-	bpf_probe_read_user(&st->nth, sizeof(st->nth), params + layout.params_nth);
+	if ((__u64)params != st->params || st->graph_seq != st->params_graph_seq) {
+		st->ith = -1;
+		st->nth = -1;
+		bpf_probe_read_user(&st->ith, sizeof(st->ith), params + layout.params_ith);
+		bpf_probe_read_user(&st->nth, sizeof(st->nth), params + layout.params_nth);
+		st->params = (__u64)params;
+		st->params_graph_seq = st->graph_seq;
+	}
 	st->start_cpu = bpf_get_smp_processor_id();
 	if (n_counters) {
 		read_counters(st->counters);
@@ -452,9 +540,9 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	}
 	st->active = 1;
 	if (st->ith == 0) {
-		emit_node(pid_tgid, st->graph_seq, tensor);
+		describe_node(pid_tgid, st->graph_seq, tensor);
 		if (fused)
-			emit_node(pid_tgid, st->graph_seq, fused);
+			describe_node(pid_tgid, st->graph_seq, fused);
 	}
 }
 

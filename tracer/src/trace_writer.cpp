@@ -84,6 +84,42 @@ void TraceWriter::commit() {
     if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
 }
 
+// The kernel side sends a node's details once per tensor and change; every graph that
+// runs the node gets its own row, repeated from the last details sent.
+void TraceWriter::ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns) {
+    auto written = node_written_in_.find(tensor);
+    if (written != node_written_in_.end() && written->second == graph_seq) return;
+    auto def = node_defs_.find(tensor);
+    if (def == node_defs_.end()) return;  // its details were lost: counted as a lost node
+    write_node(def->second, graph_seq, ts_ns);
+}
+
+void TraceWriter::write_node(const pi_node_event& e, uint64_t graph_seq, uint64_t ts_ns) {
+    node_written_in_[e.dst.addr] = graph_seq;
+    auto& s = st_->node;
+    s.bind(1, i64(graph_seq)).bind(2, i64(ts_ns)).bind(3, i64(e.dst.addr)).bind(4, layout_.op_name(e.dst.op, e.op_param0));
+    s.bind(5, int64_t{e.dst.op}).bind(6, bounded(e.name, sizeof e.name)).bind(7, int64_t{e.dst.type});
+    for (int d = 0; d < 4; ++d) s.bind(8 + d, int64_t{e.dst.ne[d]});
+    s.bind(12, int64_t{e.flags});
+    e.dst.view_src ? s.bind(13, i64(e.dst.view_src)) : s.bind_null(13);
+    s.run();
+    const int64_t node_id = sqlite3_last_insert_rowid(db_.handle());
+    for (int i = 0; i < PI_MAX_SRC && e.src[i]; ++i) {
+        auto& q = st_->node_src;
+        q.bind(1, node_id).bind(2, int64_t{i}).bind(3, i64(e.src[i]));
+        if (i < PI_DETAIL_SRC) {
+            const auto& sh = e.src_shape[i];
+            sh.view_src ? q.bind(4, i64(sh.view_src)) : q.bind_null(4);
+            q.bind(5, int64_t{sh.type}).bind(6, int64_t{sh.op});
+            for (int d = 0; d < 4; ++d) q.bind(7 + d, int64_t{sh.ne[d]});
+        } else {
+            for (int c = 4; c <= 10; ++c) q.bind_null(c);
+        }
+        q.run();
+    }
+    ++node_rows_;
+}
+
 void TraceWriter::write(const void* data, size_t size) {
     if (size < sizeof(pi_event_header)) return void(++malformed_);
     const auto* h = static_cast<const pi_event_header*>(data);
@@ -120,6 +156,8 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_OP: {
             auto* e = as<pi_op_event>(data, size, malformed_);
             if (!e) return;
+            ensure_node(e->graph_seq, e->tensor, e->start_ns);
+            if (e->fused_tensor) ensure_node(e->graph_seq, e->fused_tensor, e->start_ns);
             auto& s = st_->op;
             s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->ith}).bind(4, int64_t{e->nth});
             s.bind(5, int64_t{e->start_cpu}).bind(6, int64_t{e->h.cpu});
@@ -136,42 +174,21 @@ void TraceWriter::write(const void* data, size_t size) {
             auto* e = as<pi_node_event>(data, size, malformed_);
             if (!e) return;
             const std::string name = bounded(e->name, sizeof e->name);
-            const std::string op = layout_.op_name(e->dst.op, e->op_param0);
-            if (op.empty() || !printable(name))
+            if (layout_.op_name(e->dst.op, e->op_param0).empty() || !printable(name))
                 throw Error("operator records do not match the struct layout (" + layout_.source + "): op " +
                             std::to_string(e->dst.op) + (printable(name) ? "" : ", non-printable tensor name") +
                             "; this llama.cpp is not the pinned version — use a build with debug info");
-            auto& s = st_->node;
-            s.bind(1, i64(e->graph_seq)).bind(2, i64(e->ts_ns)).bind(3, i64(e->dst.addr)).bind(4, op);
-            s.bind(5, int64_t{e->dst.op}).bind(6, name).bind(7, int64_t{e->dst.type});
-            for (int d = 0; d < 4; ++d) s.bind(8 + d, int64_t{e->dst.ne[d]});
-            s.bind(12, int64_t{e->flags});
-            e->dst.view_src ? s.bind(13, i64(e->dst.view_src)) : s.bind_null(13);
-            s.run();
-            const int64_t node_id = sqlite3_last_insert_rowid(db_.handle());
-            for (int i = 0; i < PI_MAX_SRC && e->src[i]; ++i) {
-                auto& q = st_->node_src;
-                q.bind(1, node_id).bind(2, int64_t{i}).bind(3, i64(e->src[i]));
-                if (i < PI_DETAIL_SRC) {
-                    const auto& sh = e->src_shape[i];
-                    sh.view_src ? q.bind(4, i64(sh.view_src)) : q.bind_null(4);
-                    q.bind(5, int64_t{sh.type}).bind(6, int64_t{sh.op});
-                    for (int d = 0; d < 4; ++d) q.bind(7 + d, int64_t{sh.ne[d]});
-                } else {
-                    for (int c = 4; c <= 10; ++c) q.bind_null(c);
-                }
-                q.run();
-            }
-            if (e->dst.op == layout_.offsets.op_mul_mat_id) node_names_[{e->graph_seq, e->dst.addr}] = name;
+            node_defs_[e->dst.addr] = *e;
+            write_node(*e, e->graph_seq, e->ts_ns);
             break;
         }
         case PI_EV_EXPERTS: {
             auto* e = as<pi_experts_event>(data, size, malformed_);
             if (!e) return;
             if (e->n_used <= 0 || e->n_ids < 0) return void(++malformed_);  // no k: nothing to index by
-            auto it = node_names_.find({e->graph_seq, e->tensor});
-            std::string name = it == node_names_.end() ? "" : it->second;
-            if (it != node_names_.end()) node_names_.erase(it);
+            ensure_node(e->graph_seq, e->tensor, e->ts_ns);
+            auto def = node_defs_.find(e->tensor);
+            const std::string name = def == node_defs_.end() ? "" : bounded(def->second.name, PI_NAME_LEN);
             for (int i = 0; i < e->n_ids && i < PI_MAX_EXPERT_IDS; ++i) {
                 auto& s = st_->expert;
                 s.bind(1, i64(e->graph_seq)).bind(2, i64(e->tensor));

@@ -3,6 +3,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
+
+#include "profinfer/events.h"
 
 #include "profinfer/recorder.h"
 #include "profinfer/store.h"
@@ -28,6 +31,9 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     uint64_t malformed() const { return malformed_; }
+    // Rows written to `nodes`: one per node and graph, whether its details came with this
+    // graph or were repeated from an earlier one.
+    uint64_t node_rows() const { return node_rows_; }
     // Scheduler counterparts whose identity was left out (--sched-peers).
     uint64_t peers_removed() const { return peers_removed_; }
 
@@ -44,7 +50,11 @@ private:
     uint64_t peers_removed_ = 0;
     std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
-    std::map<std::pair<uint64_t, uint64_t>, std::string> node_names_;  // (graph, tensor) → name, for experts
+    void ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns);
+    void write_node(const pi_node_event& e, uint64_t graph_seq, uint64_t ts_ns);
+    std::unordered_map<uint64_t, pi_node_event> node_defs_;   // tensor → its last details sent
+    std::unordered_map<uint64_t, uint64_t> node_written_in_;  // tensor → graph of its last row
+    uint64_t node_rows_ = 0;
     uint64_t malformed_ = 0;
     bool in_tx_ = false;
 };

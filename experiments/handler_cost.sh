@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# What each BPF handler costs per hit, measured by the kernel (kernel.bpf_stats_enabled:
+# run_cnt and run_time_ns per program, the handler alone, without the uprobe trap).
+#   experiments/handler_cost.sh LEVEL [TOKENS] [MODEL] [THREADS] [PROFINFER]
+# Prints one line per program: name, hits, mean ns per hit, total ms, and hits per token.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LEVEL=${1:?level: token, graph, op or full}
+TOKENS=${2:-64}
+CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
+MODEL=${3:-$CACHE/models/llama3.2-1b-q4_0.gguf}
+THREADS=${4:-2}
+PROFINFER=${5:-build/profinfer}
+BENCH=$(scripts/llama.sh program debug llama-bench)
+[[ -f $MODEL ]] || { mkdir -p "$(dirname "$MODEL")"; build/profinfer model synth --card llama3.2-1b --type q4_0 -o "$MODEL" 2>/dev/null; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; sysctl -qw kernel.bpf_stats_enabled=0' EXIT
+sysctl -qw kernel.bpf_stats_enabled=1
+"$PROFINFER" record -q --level "$LEVEL" -o "$tmp/run.db" -- "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r 1 \
+  >/dev/null 2>&1 &
+rec=$!
+# The programs go when the recorder exits: keep the last reading of each.
+while kill -0 $rec 2>/dev/null; do
+  bpftool prog show -j 2>/dev/null > "$tmp/now.json" && [[ -s $tmp/now.json ]] && cp "$tmp/now.json" "$tmp/last.json"
+  sleep 0.2
+done
+wait $rec
+python3 - "$tmp/last.json" "$TOKENS" <<'PY'
+import json, sys
+progs = json.load(open(sys.argv[1]))
+tokens = int(sys.argv[2])
+ours = [p for p in progs if p.get("run_cnt") and p.get("type") in ("kprobe", "tracing")]
+print(f"{'program':28} {'hits':>10} {'ns/hit':>8} {'total ms':>9} {'hits/token':>10}")
+for p in sorted(ours, key=lambda p: -p["run_time_ns"]):
+    print(f"{p['name']:28} {p['run_cnt']:>10} {p['run_time_ns'] / p['run_cnt']:>8.0f} {p['run_time_ns'] / 1e6:>9.1f} "
+          f"{p['run_cnt'] / tokens:>10.1f}")
+PY
