@@ -19,6 +19,7 @@ const volatile bool stop_on_library_load = false;
 const volatile __u32 n_counters = 0; /* perf counters per CPU in `counters` */
 const volatile __u32 n_cpus = 1;
 const volatile bool capture_experts = false;
+const volatile bool trace_ops = false; /* operator probes may run (--level op or full) */
 const volatile bool emit_sched = false; /* sched records; sched_switch also runs for counters */
 /* Written by user space once it knows the target's libraries (DWARF or built-in). */
 struct pi_layout layout = {};
@@ -210,9 +211,12 @@ struct thread_state {
 	__u64 counted[PI_MAX_COUNTERS];
 };
 
+/* Threads with a node under way. Slots are freed when a thread exits, so this bounds
+ * the threads computing at once, not over the run; the graph-exit flush walks every
+ * bucket, so it is kept small (PROFINFER_THREAD_SLOTS raises it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } thread_states SEC(".maps");
@@ -297,7 +301,7 @@ static __always_inline void graph_exit(__u32 api)
 	struct graph_entry *g = bpf_map_lookup_elem(&graph_entries, &key);
 	if (!g)
 		return;
-	if (api == 2) {
+	if (api == 2 && trace_ops) {
 		/* Every thread's last node ends when the graph returns. */
 		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32 };
 		bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);

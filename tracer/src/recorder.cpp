@@ -309,14 +309,17 @@ private:
         skel_->rodata->target_tgid = pid_;
         skel_->rodata->stop_on_library_load = true;
         skel_->rodata->capture_experts = opts_.level == TraceLevel::Full;
+        skel_->rodata->trace_ops = opts_.level == TraceLevel::Op || opts_.level == TraceLevel::Full;
         skel_->rodata->n_cpus = std::max(n_cpus_, 1);
         const size_t n_active = counters_ ? counters_->active().size() : 0;
         skel_->rodata->n_counters = n_active;
         bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
         bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_kb << 10);
-        // Threads with a node under way at once (slots are freed when a thread exits).
-        if (const char* slots = std::getenv("PROFINFER_THREAD_SLOTS"))
-            bpf_map__set_max_entries(skel_->maps.thread_states, std::max(1, std::atoi(slots)));
+        // Threads with a node under way at once (slots are freed when a thread exits): four
+        // per CPU is more than ggml starts; fewer buckets make the graph-exit flush cheaper.
+        const char* slots = std::getenv("PROFINFER_THREAD_SLOTS");
+        bpf_map__set_max_entries(skel_->maps.thread_states,
+                                 slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
         skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
         probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, *db_);
         const bool sched = opts_.level == TraceLevel::Full;
