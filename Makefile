@@ -8,7 +8,7 @@ BOARD ?= host
 JOBS ?= $(shell nproc)
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps llama build test test-sanitized reproduce clean
+.PHONY: all deps llama build test test-sanitized bench reproduce clean
 
 all: build
 
@@ -38,6 +38,10 @@ test-sanitized: deps llama
 	@cmake --build build-sanitized -j$(JOBS)
 	@cd build-sanitized && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j1
+
+# Micro-benchmarks: the consumer + store writer in records/s (CPU time beside wall time).
+bench: build
+	@$(BUILD)/tracer/trace_writer_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 reproduce: build llama
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)
