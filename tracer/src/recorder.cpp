@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "counters.h"
+#include "event_consumer.h"
 #include "launcher.h"
 #include "probe_attacher.h"
 #include "qos_controller.h"
@@ -176,7 +177,7 @@ public:
     // Every way out passes here: the probes go, then the target goes on.
     ~Recorder() {
         release_target();
-        ring_buffer__free(rb_);
+        consumer_.reset();
         tracer_bpf__destroy(skel_);
         guardian_.reset();
     }
@@ -195,6 +196,7 @@ public:
         open_counters();
         load_bpf();
         writer_ = std::make_unique<TraceWriter>(*db_, probes_->layout(), opts_.sched_peers);
+        consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(skel_->maps.events), *writer_, qos_, *probes_);
         probes_->attach_loader_watch();
         if (opts_.pid) {
             probes_->attach_new_libraries();
@@ -220,6 +222,7 @@ public:
         } catch (...) {
         }
         if (events_recorded() == 0) {
+            consumer_.reset();
             writer_.reset();  // its statements first: a connection with live statements does not close
             probes_.reset();
             db_.reset();
@@ -346,39 +349,12 @@ private:
                                   std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
             if (bpf_program__autoload(prog)) probes_->attach_tracepoint(prog, name);
         }
-        rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &Recorder::on_event_thunk, this, nullptr);
-        if (!rb_) throw_errno("creating the ring buffer consumer");
-    }
-
-    static int on_event_thunk(void* self, void* data, size_t size) {
-        return static_cast<Recorder*>(self)->on_event(data, size);
-    }
-
-    int on_event(void* data, size_t size) {
-        if (size >= sizeof(pi_event_header) && static_cast<const pi_event_header*>(data)->kind == PI_EV_LIBRARY) {
-            library_changed_ = true;
-            return 0;
-        }
-        try {
-            writer_->write(data, size);
-        } catch (const Error& e) {
-            consumer_error_ = e.what();
-            return -1;  // stops ring_buffer__poll
-        }
-        if (size == sizeof(pi_token_event) && static_cast<const pi_event_header*>(data)->kind == PI_EV_TOKEN) {
-            auto* t = static_cast<const pi_token_event*>(data);
-            if (t->n_tokens == 1) {
-                auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, probes_->ops_attached());
-                if (action != QosController::Action::None) qos_pending_ = action;
-            }
-        }
-        return 0;
     }
 
     void apply_qos() {
-        if (!qos_pending_) return;
-        auto action = *qos_pending_;
-        qos_pending_.reset();
+        auto pending = consumer_->take_qos_action();
+        if (!pending) return;
+        const auto action = *pending;
         probes_->set_ops_attached(action == QosController::Action::Attach);
         timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);  // the clock of bpf_ktime_get_ns: when it took effect
@@ -414,16 +390,13 @@ private:
         uint64_t lost_library_seen = 0;
         for (;;) {
             if (recording_error_.empty()) {
-                int n = ring_buffer__poll(rb_, 50);
-                if (n == 0 && consumer_error_.empty()) n = ring_buffer__consume(rb_);  // handed over without a wakeup
                 try {
-                    if (!consumer_error_.empty()) throw Error(consumer_error_);
-                    if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
+                    consumer_->poll(50);
                     // If the loader-stop record was lost, the target sits stopped: notice it anyway.
-                    uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
-                    if (lost_lib != lost_library_seen) library_changed_ = true, lost_library_seen = lost_lib;
-                    if (library_changed_) {
-                        library_changed_ = false;
+                    const uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
+                    const bool lost_stop = lost_lib != lost_library_seen;
+                    lost_library_seen = lost_lib;
+                    if (consumer_->take_library_changed() || lost_stop) {
                         uint64_t stops = skel_->bss->library_stops;
                         probes_->attach_new_libraries();
                         stops_resumed_ = stops;
@@ -463,8 +436,7 @@ private:
     int finish(int status) {
         if (!recording_error_.empty())
             throw Error(recording_error_ + (child_ ? " (recording stopped; the command ran on untraced)" : ""));
-        ring_buffer__consume(rb_);
-        if (!consumer_error_.empty()) throw Error(consumer_error_);
+        consumer_->drain();
         release_target();
         writer_->begin();
         store_loss_counts();
@@ -504,18 +476,15 @@ private:
     std::unique_ptr<PerCpuCounters> counters_;
     int n_cpus_ = 1;
     tracer_bpf* skel_ = nullptr;
-    ring_buffer* rb_ = nullptr;
     std::unique_ptr<TraceWriter> writer_;
+    std::unique_ptr<EventConsumer> consumer_;
     std::unique_ptr<ProbeAttacher> probes_;
     std::unique_ptr<LaunchedProcess> child_;
     std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;
     uint64_t stops_resumed_ = 0;  // library_stops when we last sent SIGCONT
     std::string recording_error_;
-    std::string consumer_error_;
-    std::optional<QosController::Action> qos_pending_;
     int interrupted_by_ = 0;
-    bool library_changed_ = false;
 };
 
 }  // namespace

@@ -1,0 +1,77 @@
+#include "event_consumer.h"
+
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "profinfer/error.h"
+#include "profinfer/events.h"
+
+namespace profinfer {
+
+EventConsumer::EventConsumer(int ringbuf_fd, TraceWriter& writer, QosController& qos, const ProbeAttacher& probes)
+    : writer_(writer), qos_(qos), probes_(probes) {
+    rb_ = ring_buffer__new(ringbuf_fd, &EventConsumer::on_event, this, nullptr);
+    if (!rb_) throw_errno("creating the ring buffer consumer");
+}
+
+EventConsumer::~EventConsumer() { ring_buffer__free(rb_); }
+
+int EventConsumer::on_event(void* self, void* data, size_t size) {
+    return static_cast<EventConsumer*>(self)->handle(data, size);
+}
+
+int EventConsumer::handle(const void* data, size_t size) {
+    const auto* h = static_cast<const pi_event_header*>(data);
+    if (size >= sizeof(pi_event_header) && h->kind == PI_EV_LIBRARY) {
+        library_changed_ = true;
+        return 0;
+    }
+    try {
+        writer_.write(data, size);
+    } catch (const Error& e) {
+        error_ = e.what();
+        return -1;  // stops ring_buffer__poll
+    }
+    if (size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
+        auto* t = static_cast<const pi_token_event*>(data);
+        if (t->n_tokens == 1) {
+            auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, probes_.ops_attached());
+            if (action != QosController::Action::None) qos_action_ = action;
+        }
+    }
+    return 0;
+}
+
+void EventConsumer::raise_if_failed() {
+    if (!error_.empty()) throw Error(error_);
+}
+
+void EventConsumer::poll(int timeout_ms) {
+    raise_if_failed();
+    int n = ring_buffer__poll(rb_, timeout_ms);
+    if (n == 0 && error_.empty()) n = ring_buffer__consume(rb_);  // records handed over without a wakeup
+    raise_if_failed();
+    if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
+}
+
+void EventConsumer::drain() {
+    raise_if_failed();
+    ring_buffer__consume(rb_);
+    raise_if_failed();
+}
+
+bool EventConsumer::take_library_changed() {
+    bool changed = library_changed_;
+    library_changed_ = false;
+    return changed;
+}
+
+std::optional<QosController::Action> EventConsumer::take_qos_action() {
+    auto a = qos_action_;
+    qos_action_.reset();
+    return a;
+}
+
+}  // namespace profinfer

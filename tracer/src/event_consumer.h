@@ -1,0 +1,46 @@
+#pragma once
+// The ring buffer's reader: every record goes to the TraceWriter; loader stops and decode
+// speeds are noted for the recorder and the QoS controller. Its one failure — a record it
+// cannot store (a full disk, a layout that reads garbage) — comes out of poll() and drain()
+// as profinfer::Error; what happens to the target then is the recorder's decision.
+#include <optional>
+
+#include "probe_attacher.h"
+#include "qos_controller.h"
+#include "trace_writer.h"
+
+struct ring_buffer;
+
+namespace profinfer {
+
+class EventConsumer {
+public:
+    EventConsumer(int ringbuf_fd, TraceWriter& writer, QosController& qos, const ProbeAttacher& probes);
+    ~EventConsumer();
+    EventConsumer(const EventConsumer&) = delete;
+    EventConsumer& operator=(const EventConsumer&) = delete;
+
+    // Stores what the kernel side handed over, waiting up to TIMEOUT_MS for it.
+    void poll(int timeout_ms);
+    // Stores what is left (the end of a run).
+    void drain();
+    // A loader stop was reported since the last call (the target waits, stopped).
+    bool take_library_changed();
+    // What the QoS controller decided since the last call.
+    std::optional<QosController::Action> take_qos_action();
+
+private:
+    static int on_event(void* self, void* data, size_t size);
+    int handle(const void* data, size_t size);
+    void raise_if_failed();
+
+    ring_buffer* rb_ = nullptr;
+    TraceWriter& writer_;
+    QosController& qos_;
+    const ProbeAttacher& probes_;
+    std::string error_;
+    bool library_changed_ = false;
+    std::optional<QosController::Action> qos_action_;
+};
+
+}  // namespace profinfer
