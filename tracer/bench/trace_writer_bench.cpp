@@ -48,15 +48,19 @@ void BM_TraceWriterDecodeSteps(benchmark::State& state) {
         ++seq;
         auto g = header<pi_graph_event>(PI_EV_GRAPH);
         g.graph_seq = seq, g.start_ns = ts, g.api = 2, g.n_nodes = nodes;
-        for (int n = 0; n < nodes; ++n)
-            for (int ith = 0; ith < 2; ++ith) {
-                auto o = header<pi_op_event>(PI_EV_OP);
-                o.graph_seq = seq, o.tensor = 0x1000 + 0x200 * n, o.ith = ith, o.nth = 2;
-                o.start_ns = ts, o.compute_end_ns = ts + 500, o.end_ns = ts + 700;
-                for (auto& c : o.counters) c = ~0ULL;
-                writer.write(&o, sizeof o);
+        // As the kernel side sends them: per thread, PI_OP_BATCH nodes per record.
+        for (int ith = 0; ith < 2; ++ith) {
+            auto o = header<pi_op_event>(PI_EV_OP);
+            o.h.tid = 100 + ith;
+            for (int n = 0; n < nodes; ++n) {
+                auto& e = o.ops[o.n++];
+                e.graph_seq = seq, e.tensor = 0x1000 + 0x200 * n, e.ith = ith, e.nth = 2;
+                e.start_ns = ts, e.compute_end_ns = ts + 500, e.end_ns = ts + 700;
+                for (auto& c : e.counters) c = ~0ULL;
                 ts += 1000;
+                if (o.n == PI_OP_BATCH || n == nodes - 1) writer.write(&o, sizeof o), o.n = 0;
             }
+        }
         g.end_ns = ts;
         writer.write(&g, sizeof g);
         writer.commit();

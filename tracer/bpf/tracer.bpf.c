@@ -209,6 +209,9 @@ struct thread_state {
 	__u64 acc[PI_MAX_COUNTERS];
 	/* What the node had counted when the thread entered its last barrier. */
 	__u64 counted[PI_MAX_COUNTERS];
+	/* Finished nodes not sent yet, as the record that will carry them (flush_ops). */
+	__u32 n_pending, reserved2;
+	struct pi_op_event batch;
 };
 
 /* Threads with a node under way. Slots are freed when a thread exits, so this bounds
@@ -220,6 +223,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } thread_states SEC(".maps");
+
+/* Never written: the initial value of a new thread slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} thread_state_zero SEC(".maps");
 
 static __always_inline void read_counters(__u64 *out)
 {
@@ -240,26 +251,58 @@ static __always_inline void read_counters(__u64 *out)
 	}
 }
 
-/* Emits the finished node of thread state ST, ending at NOW. */
-static __always_inline void emit_op(struct thread_state *st, __u64 now)
+/* Node records finished but not sent yet, summed over CPUs (one CPU may add what another
+ * takes away): what a recording stopped mid-graph leaves behind, counted as lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} ops_pending SEC(".maps");
+
+static __always_inline void count_pending(__s64 delta)
 {
-	/* Ended either way: a record that could not be reserved is counted lost, never sent
-	 * again later with a wrong end. */
-	st->active = 0;
-	struct pi_op_event *ev = reserve(PI_EV_OP, sizeof(*ev));
-	if (!ev)
+	__u32 zero = 0;
+	__s64 *p = bpf_map_lookup_elem(&ops_pending, &zero);
+	if (p)
+		*p += delta;
+}
+
+/* Sends the thread's finished nodes in one record (copied into the ring buffer by the
+ * kernel: the record is built in place in the thread's slot). */
+static __always_inline void flush_ops(struct thread_state *st)
+{
+	__u32 n = st->n_pending;
+	if (!n)
 		return;
+	st->n_pending = 0;
+	count_pending(-(__s64)n);
+	struct pi_op_event *ev = &st->batch;
 	fill_header_for(&ev->h, PI_EV_OP, sizeof(*ev), st->tgid, st->tid);
-	ev->start_ns = st->start_ns;
-	ev->compute_end_ns = st->barriers ? st->last_barrier_ns : now;
-	ev->end_ns = now;
-	ev->graph_seq = st->graph_seq;
-	ev->tensor = st->tensor;
-	ev->fused_tensor = st->fused;
-	ev->ith = st->ith;
-	ev->nth = st->nth;
-	ev->barriers = st->barriers;
-	ev->start_cpu = st->start_cpu;
+	ev->n = n > PI_OP_BATCH ? PI_OP_BATCH : n;
+	ev->reserved = 0;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		__sync_fetch_and_add(&lost_events[PI_EV_OP], n);
+}
+
+/* Ends the thread's current node at NOW: one entry of its next op record. */
+static __always_inline void end_op(struct thread_state *st, __u64 now)
+{
+	st->active = 0;
+	struct pi_op_entry *e = &st->batch.ops[st->n_pending & (PI_OP_BATCH - 1)];
+	e->start_ns = st->start_ns;
+	e->compute_end_ns = st->barriers ? st->last_barrier_ns : now;
+	e->end_ns = now;
+	e->graph_seq = st->graph_seq;
+	e->tensor = st->tensor;
+	e->fused_tensor = st->fused;
+	e->ith = st->ith;
+	e->nth = st->nth;
+	e->barriers = st->barriers;
+	e->start_cpu = st->start_cpu;
+	e->end_cpu = bpf_get_smp_processor_id();
+	e->reserved = 0;
 	/* Counts up to the node's last barrier (its compute), read on the thread's own CPU;
 	 * a node without a barrier can only be counted by its own thread. */
 	__u64 now_counters[PI_MAX_COUNTERS] = {};
@@ -268,15 +311,17 @@ static __always_inline void emit_op(struct thread_state *st, __u64 now)
 		read_counters(now_counters);
 	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
 		if (c >= n_counters)
-			ev->counters[c] = ~0ULL;
+			e->counters[c] = ~0ULL;
 		else if (st->barriers)
-			ev->counters[c] = st->counted[c];
+			e->counters[c] = st->counted[c];
 		else if (own && now_counters[c] != ~0ULL && st->counters[c] != ~0ULL)
-			ev->counters[c] = st->acc[c] + now_counters[c] - st->counters[c];
+			e->counters[c] = st->acc[c] + now_counters[c] - st->counters[c];
 		else
-			ev->counters[c] = ~0ULL;
+			e->counters[c] = ~0ULL;
 	}
-	submit(ev);
+	count_pending(1);
+	if (++st->n_pending >= PI_OP_BATCH)
+		flush_ops(st);
 }
 
 struct flush_ctx {
@@ -286,8 +331,11 @@ struct flush_ctx {
 
 static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *st, struct flush_ctx *fc)
 {
-	if (st->active && st->tgid == fc->tgid)
-		emit_op(st, fc->now);
+	if (st->tgid != fc->tgid)
+		return 0;
+	if (st->active)
+		end_op(st, fc->now);
+	flush_ops(st);
 	return 0;
 }
 
@@ -512,16 +560,21 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	__u32 tid = (__u32)pid_tgid;
 	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
 	if (!st) {
-		struct thread_state zero = { .tid = tid, .tgid = pid_tgid >> 32 };
-		bpf_map_update_elem(&thread_states, &tid, &zero, BPF_NOEXIST);
+		/* A new slot starts as a copy of an all-zero state (too large for the stack). */
+		__u32 zero_key = 0;
+		struct thread_state *zero = bpf_map_lookup_elem(&thread_state_zero, &zero_key);
+		if (zero)
+			bpf_map_update_elem(&thread_states, &tid, zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&thread_states, &tid);
 		if (!st) {
 			__sync_fetch_and_add(&dropped[PI_DROP_THREAD_SLOTS], 1);
 			return;
 		}
+		st->tid = tid;
+		st->tgid = pid_tgid >> 32;
 	}
 	if (st->active)
-		emit_op(st, now);
+		end_op(st, now);
 	st->start_ns = now;
 	st->last_barrier_ns = 0;
 	st->barriers = 0;
@@ -710,8 +763,11 @@ int BPF_PROG(thread_exit, struct task_struct *p)
 		return 0;
 	__u32 tid = p->pid;
 	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
-	if (st && st->active)
-		emit_op(st, bpf_ktime_get_ns());
+	if (st) {
+		if (st->active)
+			end_op(st, bpf_ktime_get_ns());
+		flush_ops(st);
+	}
 	bpf_map_delete_elem(&thread_states, &tid);
 	bpf_map_delete_elem(&decode_entries, &tid);
 	return 0;

@@ -271,10 +271,25 @@ private:
 
     // Lost and cut data, per kind, as of now: stored with every commit, so a run that
     // ends badly still says what it is missing.
+    // Node records the kernel side still holds (a recording that stops mid-graph): they
+    // never arrive, so they count as lost. Mid-run it is the few of the graph under way.
+    int64_t ops_still_pending() const {
+        if (!ended_) return 0;
+        const int n = libbpf_num_possible_cpus();
+        std::vector<int64_t> per_cpu(std::max(n, 1));
+        uint32_t zero = 0;
+        if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.ops_pending), &zero, per_cpu.data()) != 0) return 0;
+        int64_t sum = 0;
+        for (int64_t v : per_cpu) sum += v;
+        return std::max<int64_t>(sum, 0);
+    }
+
     void store_loss_counts() {
         store::Statement st(db_->handle(), "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)");
         for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k)
-            st.bind(1, std::string(kind_name(k))).bind(2, int64_t(skel_->bss->lost_events[k])).run();
+            st.bind(1, std::string(kind_name(k)))
+                .bind(2, int64_t(skel_->bss->lost_events[k]) + (k == PI_EV_OP ? ops_still_pending() : 0))
+                .run();
         for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
             st.bind(1, std::string(drop_name(k))).bind(2, int64_t(skel_->bss->dropped[k])).run();
         st.bind(1, std::string("malformed")).bind(2, int64_t(writer_->malformed())).run();
@@ -436,11 +451,12 @@ private:
     int finish(int status) {
         if (!recording_error_.empty())
             throw Error(recording_error_ + (child_ ? " (recording stopped; the command ran on untraced)" : ""));
+        release_target();  // no probe runs from here on: what is still pending stays so
         consumer_->drain();
-        release_target();
+        ended_ = true;
         writer_->begin();
         store_loss_counts();
-        uint64_t lost_total = 0;
+        uint64_t lost_total = ops_still_pending();
         for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) lost_total += skel_->bss->lost_events[k];
         bool killed = status > 128;
         store::RunStatus rs =
@@ -484,6 +500,7 @@ private:
     pid_t pid_ = -1;
     uint64_t stops_resumed_ = 0;  // library_stops when we last sent SIGCONT
     std::string recording_error_;
+    bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;
 };
 

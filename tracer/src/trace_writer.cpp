@@ -84,6 +84,21 @@ void TraceWriter::commit() {
     if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
 }
 
+void TraceWriter::write_op(const pi_op_entry& e, uint32_t tid) {
+    ensure_node(e.graph_seq, e.tensor, e.start_ns);
+    if (e.fused_tensor) ensure_node(e.graph_seq, e.fused_tensor, e.start_ns);
+    auto& s = st_->op;
+    s.bind(1, i64(e.graph_seq)).bind(2, int64_t{tid}).bind(3, int64_t{e.ith}).bind(4, int64_t{e.nth});
+    s.bind(5, int64_t{e.start_cpu}).bind(6, int64_t{e.end_cpu});
+    s.bind(7, i64(e.start_ns)).bind(8, i64(e.compute_end_ns)).bind(9, i64(e.end_ns));
+    s.bind(10, i64(e.tensor));
+    e.fused_tensor ? s.bind(11, i64(e.fused_tensor)) : s.bind_null(11);
+    s.bind(12, int64_t{e.barriers});
+    for (int c = 0; c < PI_MAX_COUNTERS; ++c)
+        e.counters[c] == ~0ULL ? s.bind_null(13 + c) : s.bind(13 + c, i64(e.counters[c]));
+    s.run();
+}
+
 // The kernel side sends a node's details once per tensor and change; every graph that
 // runs the node gets its own row, repeated from the last details sent.
 void TraceWriter::ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns) {
@@ -156,19 +171,10 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_OP: {
             auto* e = as<pi_op_event>(data, size, malformed_);
             if (!e) return;
-            ensure_node(e->graph_seq, e->tensor, e->start_ns);
-            if (e->fused_tensor) ensure_node(e->graph_seq, e->fused_tensor, e->start_ns);
-            auto& s = st_->op;
-            s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->ith}).bind(4, int64_t{e->nth});
-            s.bind(5, int64_t{e->start_cpu}).bind(6, int64_t{e->h.cpu});
-            s.bind(7, i64(e->start_ns)).bind(8, i64(e->compute_end_ns)).bind(9, i64(e->end_ns));
-            s.bind(10, i64(e->tensor));
-            e->fused_tensor ? s.bind(11, i64(e->fused_tensor)) : s.bind_null(11);
-            s.bind(12, int64_t{e->barriers});
-            for (int c = 0; c < PI_MAX_COUNTERS; ++c)
-                e->counters[c] == ~0ULL ? s.bind_null(13 + c) : s.bind(13 + c, i64(e->counters[c]));
-            s.run();
-            break;
+            if (e->n > PI_OP_BATCH) return void(++malformed_);
+            for (uint32_t i = 0; i < e->n; ++i) write_op(e->ops[i], e->h.tid);
+            counts_[h->kind] += e->n;
+            return;
         }
         case PI_EV_NODE: {
             auto* e = as<pi_node_event>(data, size, malformed_);

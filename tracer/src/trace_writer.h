@@ -50,6 +50,7 @@ private:
     uint64_t peers_removed_ = 0;
     std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
+    void write_op(const pi_op_entry& e, uint32_t tid);
     void ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns);
     void write_node(const pi_node_event& e, uint64_t graph_seq, uint64_t ts_ns);
     std::unordered_map<uint64_t, pi_node_event> node_defs_;   // tensor → its last details sent

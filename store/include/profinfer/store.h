@@ -15,7 +15,7 @@ namespace profinfer::store {
 constexpr int kSchemaVersion = 2;
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
-constexpr int kEventsVersion = 3;
+constexpr int kEventsVersion = 4;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 3
+#define PI_EVENTS_VERSION 4
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -17,12 +17,13 @@
 #define PI_NAME_LEN 64      /* GGML_MAX_NAME */
 #define PI_MAX_EXPERT_IDS 64
 #define PI_COMM_LEN 16
+#define PI_OP_BATCH 16  /* node records per PI_EV_OP record (one ring-buffer reservation) */
 
 enum pi_event_kind {
 	PI_EV_TOKEN = 1,   /* one llama_decode call, entry to return */
 	PI_EV_LIBRARY = 2, /* the dynamic loader changed the link map (dlopen); target stopped */
 	PI_EV_GRAPH = 3,   /* one graph computed by a backend */
-	PI_EV_OP = 4,      /* one node on one thread: timing and counters */
+	PI_EV_OP = 4,      /* up to PI_OP_BATCH nodes of one thread: timing and counters */
 	PI_EV_NODE = 5,    /* one node's tensor: op, name, shapes (from thread 0) */
 	PI_EV_EXPERTS = 6, /* the expert ids a MUL_MAT_ID node uses */
 	PI_EV_SWITCH = 7,  /* sched_switch involving a target thread */
@@ -75,8 +76,7 @@ struct pi_graph_event {
 /* Per thread and node: start when the thread begins the node, compute_end when it
  * enters the barrier that ends the node, end when it begins the next node (or the
  * graph returns). end - compute_end is time spent waiting for the other threads. */
-struct pi_op_event {
-	struct pi_event_header h;
+struct pi_op_entry {
 	__u64 start_ns, compute_end_ns, end_ns;
 	__u64 graph_seq;
 	__u64 tensor;       /* address of the node's ggml_tensor */
@@ -84,7 +84,18 @@ struct pi_op_event {
 	__s32 ith, nth;
 	__u32 barriers;     /* ggml_barrier calls within the node (intra-op sync) */
 	__u32 start_cpu;
+	__u32 end_cpu;
+	__u32 reserved;
 	__u64 counters[PI_MAX_COUNTERS]; /* deltas; valid when the thread stayed on one CPU */
+};
+
+/* A thread's finished nodes, sent together: one reservation per PI_OP_BATCH nodes instead
+ * of one per node (the header's tid is the thread's). */
+struct pi_op_event {
+	struct pi_event_header h;
+	__u32 n;
+	__u32 reserved;
+	struct pi_op_entry ops[PI_OP_BATCH];
 };
 
 struct pi_tensor_shape {
