@@ -197,6 +197,10 @@ struct thread_state {
 	/* ith/nth read once per graph and thread (ggml keeps them in a struct on the
 	 * thread's stack for the whole graph). */
 	__u64 params, params_graph_seq;
+	/* Thread 0: the position of its next node in the graph (node identities are kept per
+	 * position). */
+	__u64 pos_graph_seq;
+	__u32 node_pos, reserved3;
 	__s32 ith, nth;
 	__u32 barriers, start_cpu;
 	__u32 tid, tgid;
@@ -450,20 +454,26 @@ static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *
 }
 
 /* llama.cpp reuses its graph from token to token: a node's details (name, shapes,
- * sources: a 416-byte record and a dozen user reads) are sent when the tensor at that
- * address is new or changed, and user space repeats them for every graph that runs it.
- * Identity: the tensor's first bytes (type, shape, strides, op, params, flags, sources,
- * view) read in one go. */
+ * sources: a 416-byte record and a dozen user reads) are sent when the tensor at its
+ * position in the graph is new or changed, and user space repeats them for every graph
+ * that runs it. Identity: the tensor's address and first bytes (type, shape, strides, op,
+ * params, flags, sources, view) read in one go, kept per position (an array, no hashing). */
 #define PI_NODE_ID_BYTES 248
+#define PI_NODE_POSITIONS 8192
 struct node_identity {
 	__u8 b[PI_NODE_ID_BYTES];
 };
 
+struct sent_node {
+	__u64 tensor;
+	struct node_identity id;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct node_identity);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PI_NODE_POSITIONS);
+	__type(key, __u32);
+	__type(value, struct sent_node);
 } nodes_sent SEC(".maps");
 
 struct {
@@ -473,9 +483,9 @@ struct {
 	__type(value, struct node_identity);
 } node_scratch SEC(".maps");
 
-/* True when the tensor's identity differs from what was last sent for its address;
- * the identity read is left in *OUT for remember_node. */
-static __always_inline bool node_changed(const void *t, struct node_identity **out)
+/* True when the tensor at graph position POS differs from what was last sent for it;
+ * the identity read is left in *OUT and the position's slot in *SLOT. */
+static __always_inline bool node_changed(const void *t, __u32 pos, struct node_identity **out, struct sent_node **slot)
 {
 	__u32 zero = 0;
 	struct node_identity *id = bpf_map_lookup_elem(&node_scratch, &zero);
@@ -484,12 +494,15 @@ static __always_inline bool node_changed(const void *t, struct node_identity **o
 	*out = id;
 	if (bpf_probe_read_user(id->b, sizeof(id->b), t) != 0)
 		return true;
-	__u64 key = (__u64)t;
-	struct node_identity *sent = bpf_map_lookup_elem(&nodes_sent, &key);
+	__u32 key = pos & (PI_NODE_POSITIONS - 1);
+	struct sent_node *sent = bpf_map_lookup_elem(&nodes_sent, &key);
 	if (!sent)
 		return true;
+	*slot = sent;
+	if (sent->tensor != (__u64)t)
+		return true;
 	for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-		if (((__u64 *)id->b)[i] != ((__u64 *)sent->b)[i])
+		if (((__u64 *)id->b)[i] != ((__u64 *)sent->id.b)[i])
 			return true;
 	return false;
 }
@@ -533,15 +546,17 @@ static __always_inline bool emit_node(__u64 pid_tgid, __u64 seq, const void *t)
 	return true;
 }
 
-/* Thread 0 describes node T of graph SEQ: its details when they are news, its expert
- * ids (which change every token) always. */
-static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, const void *t)
+/* Thread 0 describes node T, at position POS of graph SEQ: its details when they are
+ * news, its expert ids (which change every token) always. */
+static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, __u32 pos, const void *t)
 {
 	struct node_identity *id = 0;
-	bool changed = node_changed(t, &id);
-	if (changed && emit_node(pid_tgid, seq, t) && id) {
-		__u64 key = (__u64)t;
-		bpf_map_update_elem(&nodes_sent, &key, id, BPF_ANY);
+	struct sent_node *slot = 0;
+	bool changed = node_changed(t, pos, &id, &slot);
+	if (changed && emit_node(pid_tgid, seq, t) && id && slot) {
+		slot->tensor = (__u64)t;
+		for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
+			((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
 	}
 	if (!capture_experts || !id)
 		return;
@@ -597,9 +612,11 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	}
 	st->active = 1;
 	if (st->ith == 0) {
-		describe_node(pid_tgid, st->graph_seq, tensor);
+		if (st->graph_seq != st->pos_graph_seq)
+			st->node_pos = 0, st->pos_graph_seq = st->graph_seq;
+		describe_node(pid_tgid, st->graph_seq, st->node_pos++, tensor);
 		if (fused)
-			describe_node(pid_tgid, st->graph_seq, fused);
+			describe_node(pid_tgid, st->graph_seq, st->node_pos++, fused);
 	}
 }
 
