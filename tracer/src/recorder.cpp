@@ -155,7 +155,7 @@ public:
         : opts_(o), db_(create_store(o.output)), qos_(o.qos_min_tps) {
         set_meta("status", store::to_string(store::RunStatus::Running));
         // Who is writing: a reader that finds the run still "running" with this process
-        // gone knows the recording ended without its bookkeeping (store::recorder_alive).
+        // gone knows the recording ended without its bookkeeping (store::run_health).
         set_meta("recorder_pid", std::to_string(getpid()));
         set_meta("recorder_start", std::to_string(store::process_start_time(getpid())));
         set_meta("sched_peers", to_string(o.sched_peers));
