@@ -279,9 +279,11 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     };
     auto probe = record(d, {"--level", "op"}, {simple[0], simple[1], simple[2], "-n", "300", "Hello"});
     ASSERT_EQ(probe.result.status, 0) << probe.result.err;
-    // Half the traced speed: the hogs must push decoding below it, and without them even
-    // a loaded machine is back above 1.2 times it.
-    const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 2;
+    // A third of the traced speed: the hogs push decoding far below it (threads that meet at
+    // barriers lose whole time slices), and without them decoding is back above 1.2 times
+    // it even on a loaded machine and with the KV cache grown by thousands of tokens (each
+    // token attends to all before it, so a long run decodes slower than the first 300).
+    const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 3;
 
     std::vector<pid_t> hogs{spawn({"/bin/sh", "-c", "while :; do :; done"}), spawn({"/bin/sh", "-c", "while :; do :; done"})};
     auto stop_hogs = [&] {
@@ -311,7 +313,11 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     ASSERT_TRUE(reap(prof, std::chrono::seconds(30)));
     ASSERT_TRUE(detached) << "decoding never fell below " << min_tps << " t/s with two CPU hogs (traced alone: "
                           << traced_tps << " t/s)";
-    ASSERT_TRUE(attached) << "the probes never came back once the hogs were gone";
+    ASSERT_TRUE(attached) << "the probes never came back once the hogs were gone; the last 20 decode calls ran at "
+                          << 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
+                                 "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC "
+                                 "LIMIT 20)")))
+                          << " t/s against a requirement of " << min_tps << " (x 1.2 to re-attach)";
     store::Database s(db, store::Database::Mode::ReadOnly);
     const std::string after_attach = "(SELECT max(ts_ns) FROM qos_events WHERE action = 'attach')";
     EXPECT_GT(s.scalar("SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE g.start_ns > " + after_attach),
