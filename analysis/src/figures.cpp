@@ -67,16 +67,16 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
         }));
     }
 
-    // Per call: duration, MatMul and KQ/KQV parts (paper Fig. 9).
+    // Per call: duration, MatMul and attention parts (paper Fig. 9).
     auto by_call = stats_table(db, "token").to_json();
     std::vector<std::tuple<int, double, double, double>> calls;
     for (const auto& r : by_call)
-        if (r["phase"] == "decode") calls.emplace_back(r["call"].get<int>(), num(r["ms"]), num(r["mul_mat_ms"]), num(r["kq_kqv_ms"]));
+        if (r["phase"] == "decode") calls.emplace_back(r["call"].get<int>(), num(r["ms"]), num(r["mul_mat_ms"]), num(r["attention_ms"]));
     if (!calls.empty()) {
-        figs.push_back(p.draw("tokens", "Decode calls: time per call, MatMul and KQ/KQV parts", [&](Gnuplot& gp) {
+        figs.push_back(p.draw("tokens", "Decode calls: time per call, MatMul and attention parts", [&](Gnuplot& gp) {
             gp << "set xlabel 'llama_decode call'\nset ylabel 'ms'\n"
                   "plot '-' using 1:2 with lines lw 2 title 'TPOT', '-' using 1:3 with lines title 'MUL_MAT', "
-                  "'-' using 1:4 with lines title 'KQ + KQV'\n";
+                  "'-' using 1:4 with lines title 'attention (KQ + KQV or flash)'\n";
             gp.send1d(calls);
             gp.send1d(calls);
             gp.send1d(calls);
@@ -103,14 +103,15 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
     if (machine) {
         Table rl;
         try {
-            rl = roofline_table(db, *machine);
+            rl = roofline_table(db, *machine);  // read by column name below
         } catch (const Error&) {
         }
         if (!rl.rows.empty()) {
             const auto& roof = machine->roofs.back();
             std::vector<std::tuple<double, double, std::string>> pts;
-            for (const auto& r : rl.rows)
-                if (num(r[4]) > 0 && num(r[5]) > 0) pts.emplace_back(num(r[4]), num(r[5]), gnuplot_label(r[0].get<std::string>()));
+            for (const auto& r : rl.to_json())
+                if (num(r["flops_per_byte"]) > 0 && num(r["gflops"]) > 0)
+                    pts.emplace_back(num(r["flops_per_byte"]), num(r["gflops"]), gnuplot_label(r["name"].get<std::string>()));
             figs.push_back(p.draw("roofline", "Roofline (" + std::to_string(roof.threads) + " threads)", [&](Gnuplot& gp) {
                 gp << "set logscale xy\nset xlabel 'FLOPs per byte'\nset ylabel 'GFLOP/s'\nset xrange [0.01:1000]\n"
                       "roof(x) = (" << roof.triad_gbs << " * x < " << roof.peak_gflops << ") ? " << roof.triad_gbs

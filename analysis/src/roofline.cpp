@@ -55,9 +55,8 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         if (call.phase != "decode") continue;
         for (const auto& n : trace.nodes(call.index)) {
             if (n.threads.empty()) continue;  // fused partner: its kernel is counted with the first node
-            std::string base = n.layer >= 0 ? n.name.substr(0, n.name.rfind('-')) : n.name;
-            auto& a = by[{base, n.op}];
-            a.name = base, a.op = n.op, ++a.count;
+            auto& a = by[{n.base, n.op}];
+            a.name = n.base, a.op = n.op, ++a.count;
             a.threads = std::max(a.threads, n.threads.front().nth);
             a.time_s += n.time_ms() / 1e3;
             a.flops += node_flops(n);

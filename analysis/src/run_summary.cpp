@@ -11,27 +11,31 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     RunSummary s;
     s.meta = db.meta();
-    s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM tokens");
-    s.prefill_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'prefill'");
-    s.decode_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'");
-    s.graphs = db.scalar("SELECT count(*) FROM graphs WHERE api = 'backend'");
-    s.cpu_graphs = db.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu'");
-    s.operators = db.scalar("SELECT count(*) FROM nodes");
-    s.op_records = db.scalar("SELECT count(*) FROM ops");
-    s.op_types = db.scalar("SELECT count(DISTINCT op) FROM nodes");
-    s.threads = db.scalar("SELECT count(DISTINCT tid) FROM ops");
+    // Through the derived views (store/src/derived.sql): only what belongs to a recorded
+    // llama_decode call counts; work in flight when probes went in does not.
+    s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM calls");
+    s.prefill_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'prefill'");
+    s.decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
+    s.graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'backend'");
+    s.cpu_graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'cpu'");
+    s.operators = db.scalar("SELECT count(*) FROM call_nodes");
+    s.op_records = db.scalar("SELECT count(*) FROM thread_parts");
+    s.op_types = db.scalar("SELECT count(DISTINCT op) FROM call_nodes");
+    s.threads = db.scalar("SELECT count(DISTINCT tid) FROM thread_parts");
+    s.thread_slots = db.scalar("SELECT count(DISTINCT ith) FROM thread_parts");
+    s.outside_calls = db.scalar("SELECT count(*) FROM nodes") - s.operators;
     s.sched_switches = db.scalar("SELECT count(*) FROM sched_switch");
     s.sched_wakeups = db.scalar("SELECT count(*) FROM sched_wakeup");
-    s.expert_records = db.scalar("SELECT count(*) FROM experts");
+    s.expert_records = db.scalar("SELECT count(*) FROM expert_uses");
     if (db.scalar("SELECT count(*) FROM counters WHERE available = 1") > 0 && s.op_records > 0)
-        s.counters_valid_share = double(db.scalar("SELECT count(*) FROM ops WHERE c0 IS NOT NULL")) / double(s.op_records);
+        s.counters_valid_share = double(db.scalar("SELECT count(*) FROM thread_parts WHERE c0 IS NOT NULL")) / double(s.op_records);
     {
-        store::Statement st(db.handle(), "SELECT end_ns - start_ns FROM tokens WHERE phase = 'prefill' ORDER BY start_ns LIMIT 1");
+        store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'prefill' ORDER BY call LIMIT 1");
         if (st.step()) s.ttft_ms = st.column_int(0) / 1e6;
     }
     {
         std::vector<int64_t> d;
-        store::Statement st(db.handle(), "SELECT end_ns - start_ns FROM tokens WHERE phase = 'decode'");
+        store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
         while (st.step()) d.push_back(st.column_int(0));
         if (!d.empty()) {
             std::sort(d.begin(), d.end());
@@ -71,14 +75,16 @@ nlohmann::json RunSummary::to_json() const {
         {"op_records", op_records},
         {"op_types", op_types},
         {"threads", threads},
+        {"thread_slots", thread_slots},
+        {"nodes_outside_calls", outside_calls},
         {"sched_switches", sched_switches},
         {"sched_wakeups", sched_wakeups},
         {"expert_records", expert_records},
         {"counters_valid_share", counters_valid_share},
         {"op_strategy", m("op_strategy")},
         {"struct_layout", m("struct_layout")},
-        {"ttft_ms", ttft_ms},
-        {"median_tpot_ms", median_tpot_ms},
+        {"ttft_ms", ttft_ms ? nlohmann::json(*ttft_ms) : nlohmann::json(nullptr)},
+        {"median_tpot_ms", median_tpot_ms ? nlohmann::json(*median_tpot_ms) : nlohmann::json(nullptr)},
         {"lost_events", health.lost_records},
         {"lost_events_by_kind", health.losses},  // kept for scripts written against schema 1 of this output
         {"lost_or_cut_by_kind", health.losses},
@@ -90,6 +96,9 @@ nlohmann::json RunSummary::to_json() const {
 
 std::string RunSummary::to_text() const {
     auto j = to_json();
+    auto ms = [](const std::optional<double>& v, const char* none) {
+        return v ? std::to_string(*v) + " ms" : std::string(none);
+    };
     std::ostringstream o;
     o << "status          " << health.status << (health.reason.empty() ? "" : " (" + health.reason + ")") << "\n"
       << "command         " << j["command"].get<std::string>() << "\n"
@@ -99,18 +108,20 @@ std::string RunSummary::to_text() const {
       << "decode calls    " << decode_calls << "\n"
       << "graphs          " << graphs << " (CPU graphs " << cpu_graphs << ")\n"
       << "operators       " << operators << " nodes, " << op_records << " per-thread records, " << op_types
-      << " op types, " << threads << " threads\n"
+      << " op types, " << thread_slots << " thread slots (ith) on " << threads << " OS threads\n"
       << "scheduler       " << sched_switches << " switches, " << sched_wakeups << " wakeups\n"
       << "expert records  " << expert_records << "\n"
       << "op strategy     " << j["op_strategy"].get<std::string>() << "\n"
       << "struct layout   " << j["struct_layout"].get<std::string>() << "\n"
-      << "TTFT            " << ttft_ms << " ms\n"
-      << "median TPOT     " << median_tpot_ms << " ms\n"
+      << "TTFT            " << ms(ttft_ms, "(no prefill call)") << "\n"
+      << "median TPOT     " << ms(median_tpot_ms, "(no decode call)") << "\n"
       << "lost records    " << health.lost_records << "\n";
     for (const auto& [kind, n] : health.losses) o << "lost or cut     " << n << " " << kind << "\n";
     o
       << "probes attached " << attached_probes.size() << "\n";
     for (const auto& p : missing_probes) o << "probe missing   " << p << "\n";
+    if (outside_calls > 0)
+        o << "not counted     " << outside_calls << " nodes of graphs in flight when recording began (outside any recorded call)\n";
     return o.str();
 }
 

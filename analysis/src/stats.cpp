@@ -7,7 +7,6 @@
 
 #include "profinfer/error.h"
 #include "profinfer/store.h"
-#include "profinfer/trace_graph.h"
 
 namespace profinfer {
 
@@ -22,11 +21,6 @@ std::string cell(const nlohmann::json& v) {
     }
     return v.dump();
 }
-
-// Per-thread records joined to their node, over decode calls and prefill alike:
-// op name is the node's op; time is the thread's compute, wait what follows it.
-const char* kOpsJoined =
-    "SELECT o.*, n.op AS op, n.name AS name FROM ops o JOIN nodes n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor";
 
 }  // namespace
 
@@ -105,56 +99,44 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         }
         return t;
     };
-    const std::string ops = std::string("(") + kOpsJoined + ")";
-    // The critical-path time of a node: first thread start to last thread compute end.
-    const std::string node_times =
-        "(SELECT o.graph_seq, o.tensor, n.op, n.name, min(o.start_ns) AS s, max(o.compute_end_ns) AS e, "
-        "max(o.end_ns) AS w FROM ops o JOIN nodes n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor "
-        "GROUP BY o.graph_seq, o.tensor)";
+    // Every quantity below is defined once, in the store's derived views
+    // (store/src/derived.sql, docs/trace-store.md): node_times, calls, thread_parts,
+    // expert_uses.
     if (by == "op-type") {
         return rows({"op", "count", "total_ms", "mean_ms", "share_pct"},
-                    "WITH t AS " + node_times +
-                        " SELECT op, count(*), sum(e - s) / 1e6, avg(e - s) / 1e6, "
-                        "100.0 * sum(e - s) / (SELECT sum(e - s) FROM t) FROM t GROUP BY op ORDER BY sum(e - s) DESC");
+                    "SELECT op, count(*), sum(dur_ns) / 1e6, avg(dur_ns) / 1e6, "
+                    "100.0 * sum(dur_ns) / (SELECT max(1, sum(dur_ns)) FROM node_times) "
+                    "FROM node_times GROUP BY op ORDER BY sum(dur_ns) DESC");
     }
     if (by == "op") {
-        // Operator names without the layer suffix: ffn_out-3 → ffn_out.
         return rows({"name", "op", "count", "total_ms", "mean_ms", "share_pct"},
-                    "WITH t AS " + node_times +
-                        " , u AS (SELECT CASE WHEN name GLOB '*-[0-9]*' AND rtrim(name, '0123456789') GLOB '*-' "
-                        "THEN rtrim(rtrim(name, '0123456789'), '-') ELSE name END AS base, op, s, e FROM t) "
-                        "SELECT base, op, count(*), sum(e - s) / 1e6, avg(e - s) / 1e6, "
-                        "100.0 * sum(e - s) / (SELECT sum(e - s) FROM u) FROM u GROUP BY base, op ORDER BY sum(e - s) DESC");
+                    "SELECT base, op, count(*), sum(dur_ns) / 1e6, avg(dur_ns) / 1e6, "
+                    "100.0 * sum(dur_ns) / (SELECT max(1, sum(dur_ns)) FROM node_times) "
+                    "FROM node_times GROUP BY base, op ORDER BY sum(dur_ns) DESC");
     }
     if (by == "token") {
-        // Per call: its duration and what the operators inside it took; KQ and KQV are the
-        // attention MatMuls whose cost grows with the context (paper Fig. 9).
-        return rows({"call", "phase", "n_tokens", "ms", "op_ms", "mul_mat_ms", "kq_kqv_ms", "mul_mat_share_pct"},
-                    "WITH t AS " + node_times +
-                        ", c AS (SELECT row_number() OVER (ORDER BY start_ns) - 1 AS call, phase, n_tokens, start_ns, end_ns "
-                        "FROM tokens) "
-                        "SELECT c.call, c.phase, c.n_tokens, (c.end_ns - c.start_ns) / 1e6, "
-                        "coalesce(sum(t.e - t.s), 0) / 1e6, "
-                        "coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.e - t.s END), 0) / 1e6, "
-                        "coalesce(sum(CASE WHEN t.name GLOB 'kq-*' OR t.name GLOB 'kqv-*' THEN t.e - t.s END), 0) / 1e6, "
-                        "100.0 * coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.e - t.s END), 0) / "
-                        "max(1, sum(t.e - t.s)) "
-                        "FROM c LEFT JOIN t ON t.s >= c.start_ns AND t.e <= c.end_ns GROUP BY c.call ORDER BY c.call");
+        // Per call: its duration and what the operators inside it took; attention (KQ and
+        // KQV, or FLASH_ATTN_EXT) is what grows with the context (paper Fig. 9).
+        return rows({"call", "phase", "n_tokens", "ms", "op_ms", "mul_mat_ms", "attention_ms", "mul_mat_share_pct"},
+                    "SELECT c.call, c.phase, c.n_tokens, c.dur_ns / 1e6, coalesce(sum(t.dur_ns), 0) / 1e6, "
+                    "coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.dur_ns END), 0) / 1e6, "
+                    "coalesce(sum(CASE WHEN t.attention THEN t.dur_ns END), 0) / 1e6, "
+                    "100.0 * coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.dur_ns END), 0) / "
+                    "max(1, sum(t.dur_ns)) "
+                    "FROM calls c LEFT JOIN node_times t ON t.call = c.call GROUP BY c.call ORDER BY c.call");
     }
     if (by == "thread") {
         // Paper Fig. 6: per op type and thread index, compute and wait time.
         return rows({"op", "ith", "compute_ms", "wait_ms", "wait_share_pct"},
-                    "SELECT op, ith, sum(compute_end_ns - start_ns) / 1e6, sum(end_ns - compute_end_ns) / 1e6, "
-                    "100.0 * sum(end_ns - compute_end_ns) / max(1, sum(end_ns - start_ns)) FROM " + ops +
-                        " GROUP BY op, ith ORDER BY op, ith");
+                    "SELECT op, ith, sum(compute_ns) / 1e6, sum(wait_ns) / 1e6, "
+                    "100.0 * sum(wait_ns) / max(1, sum(compute_ns + wait_ns)) FROM thread_parts "
+                    "GROUP BY op, ith ORDER BY op, ith");
     }
     if (by == "expert") {
         // Per MoE node name, layer and expert: activations, and the mean reuse distance (in
         // llama_decode calls since the expert was last used by the same node).
         return rows({"layer", "node", "expert", "activations", "mean_reuse_distance"},
-                    "WITH c AS (SELECT row_number() OVER (ORDER BY start_ns) - 1 AS call, start_ns, end_ns FROM tokens), "
-                    "x AS (SELECT DISTINCT e.layer, rtrim(rtrim(e.name, '0123456789'), '-') AS node, e.expert, c.call "
-                    "FROM experts e JOIN graphs g ON g.seq = e.graph_seq JOIN c ON g.start_ns BETWEEN c.start_ns AND c.end_ns), "
+                    "WITH x AS (SELECT DISTINCT layer, base AS node, expert, call FROM expert_uses), "
                     "d AS (SELECT layer, node, expert, call - lag(call) OVER (PARTITION BY layer, node, expert ORDER BY call) "
                     "AS dist FROM x) "
                     "SELECT layer, node, expert, count(*), avg(dist) FROM d GROUP BY layer, node, expert "

@@ -80,7 +80,7 @@ nlohmann::json timeline_json(const std::filesystem::path& path) {
     b.process_name(pid, basename_of(meta["command"]) + " (pid " + std::to_string(pid) + ")");
     std::set<int64_t> threads;
     {
-        store::Statement st(db.handle(), "SELECT tid, start_ns, end_ns, n_tokens, phase, ret FROM tokens");
+        store::Statement st(db.handle(), "SELECT tid, start_ns, end_ns, n_tokens, phase, ret FROM calls ORDER BY call");
         for (int k = 0; st.step(); ++k) {
             threads.insert(st.column_int(0));
             b.slice(pid, st.column_int(0), st.column_text(4) + " (" + std::to_string(st.column_int(3)) + " tokens)",
@@ -97,12 +97,7 @@ nlohmann::json timeline_json(const std::filesystem::path& path) {
                     {{"n_nodes", st.column_int(5)}, {"seq", st.column_int(6)}});
         }
     }
-    std::vector<std::string> counters(kCounterSlots);
-    {
-        store::Statement st(db.handle(), "SELECT idx, name FROM counters WHERE available = 1 AND idx >= 0");
-        while (st.step())
-            if (st.column_int(0) < kCounterSlots) counters[st.column_int(0)] = st.column_text(1);
-    }
+    const std::vector<std::string> counters = db.counter_names();
     {
         store::Statement st(db.handle(),
                             "SELECT o.tid, o.start_ns, o.compute_end_ns, o.end_ns, o.ith, o.nth, o.start_cpu, "

@@ -8,18 +8,6 @@
 
 namespace profinfer {
 
-int64_t Node::start_ns() const {
-    int64_t s = INT64_MAX;
-    for (const auto& t : threads) s = std::min(s, t.start_ns);
-    return threads.empty() ? 0 : s;
-}
-
-int64_t Node::compute_end_ns() const {
-    int64_t e = 0;
-    for (const auto& t : threads) e = std::max(e, t.compute_end_ns);
-    return e;
-}
-
 uint64_t Node::bytes() const {
     auto elems = [](const std::array<int64_t, 4>& ne) { return uint64_t(ne[0] * ne[1] * ne[2] * ne[3]); };
     uint64_t b = ggml_bytes(type, elems(ne));
@@ -39,7 +27,7 @@ std::optional<int64_t> Node::counter(int slot) const {
 }
 
 TraceGraphs::TraceGraphs(const std::filesystem::path& path) : db_(path, store::Database::Mode::ReadOnly) {
-    store::Statement st(db_.handle(), "SELECT phase, n_tokens, start_ns, end_ns FROM tokens ORDER BY start_ns");
+    store::Statement st(db_.handle(), "SELECT phase, n_tokens, start_ns, end_ns FROM calls ORDER BY call");
     while (st.step())
         calls_.push_back({int(calls_.size()), st.column_text(0), st.column_int(1), st.column_int(2), st.column_int(3)});
 }
@@ -53,27 +41,19 @@ int TraceGraphs::default_call() const {
     return calls_.back().index;
 }
 
-std::vector<std::string> TraceGraphs::counter_names() const {
-    std::vector<std::string> names(kCounterSlots);
-    store::Statement st(db_.handle(), "SELECT idx, name FROM counters WHERE available = 1 AND idx >= 0");
-    while (st.step())
-        if (st.column_int(0) < kCounterSlots) names[st.column_int(0)] = st.column_text(1);
-    return names;
-}
-
 std::vector<Node> TraceGraphs::nodes(int call) const {
     if (call < 0 || call >= int(calls_.size()))
         throw Error("no llama_decode call " + std::to_string(call) + " (the trace has " + std::to_string(calls_.size()) +
                     ", numbered from 0)");
-    const auto& c = calls_[call];
-    const std::string graphs = "(SELECT seq FROM graphs WHERE api = 'cpu' AND start_ns >= " + std::to_string(c.start_ns) +
-                               " AND end_ns <= " + std::to_string(c.end_ns) + ")";
+    const std::string graphs = "(SELECT graph_seq FROM call_graphs WHERE api = 'cpu' AND call = " + std::to_string(call) + ")";
     std::vector<Node> nodes;
     std::map<std::pair<int64_t, uint64_t>, int> index;  // (graph, tensor) → node
     std::map<int64_t, int> by_id;
     {
-        store::Statement st(db_.handle(), ("SELECT id, graph_seq, tensor, name, op, type, ne0, ne1, ne2, ne3, view_src FROM nodes "
-                                           "WHERE graph_seq IN " + graphs + " ORDER BY id").c_str());
+        store::Statement st(db_.handle(), ("SELECT n.id, n.graph_seq, n.tensor, n.name, n.op, n.type, n.ne0, n.ne1, n.ne2, n.ne3, "
+                                           "r.view_src, n.base, n.layer, n.attention, t.start_ns, t.end_ns FROM call_nodes n "
+                                           "JOIN nodes r ON r.id = n.id LEFT JOIN node_times t ON t.graph_seq = n.graph_seq "
+                                           "AND t.tensor = n.tensor WHERE n.graph_seq IN " + graphs + " ORDER BY n.id").c_str());
         while (st.step()) {
             Node n;
             n.index = int(nodes.size());
@@ -84,7 +64,11 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
             n.type = int(st.column_int(5));
             for (int d = 0; d < 4; ++d) n.ne[d] = st.column_int(6 + d);
             n.view_src = st.column_is_null(10) ? 0 : uint64_t(st.column_int(10));
-            n.layer = layer_of(n.name);
+            n.base = st.column_text(11);
+            n.layer = st.column_is_null(12) ? -1 : int(st.column_int(12));
+            n.attention = st.column_int(13) != 0;
+            n.start_ns = st.column_int(14);
+            n.end_ns = st.column_int(15);
             index[{n.graph_seq, n.tensor}] = n.index;
             by_id[st.column_int(0)] = n.index;
             nodes.push_back(std::move(n));

@@ -90,8 +90,7 @@ TEST(Roofline, CounterTrafficFromADramCounter) {
     for (const auto& c : trace.calls()) {
         if (c.phase != "decode") continue;
         for (const auto& n : trace.nodes(c.index)) {
-            std::string base = n.layer >= 0 ? n.name.substr(0, n.name.rfind('-')) : n.name;
-            if (n.threads.empty() || base != name || n.op != op) continue;
+            if (n.threads.empty() || n.base != name || n.op != op) continue;
             auto v = n.counter(0);
             known &= v.has_value();
             bytes += v.value_or(0) * 64.0;

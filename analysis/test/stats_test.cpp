@@ -78,15 +78,15 @@ TEST(Stats, ByExpertMatchesAHandCountOfTheRawIds) {
         store::Statement tok(db.handle(), "SELECT start_ns, end_ns FROM tokens ORDER BY start_ns");
         while (tok.step()) calls.emplace_back(tok.column_int(0), tok.column_int(1));
         store::Statement st(db.handle(),
-                            "SELECT g.start_ns, e.name, e.layer, e.expert FROM experts e JOIN graphs g ON g.seq = e.graph_seq");
+                            "SELECT g.start_ns, e.name, e.expert FROM experts e JOIN graphs g ON g.seq = e.graph_seq");
         while (st.step()) {
             int call = -1;
             for (size_t k = 0; k < calls.size(); ++k)
                 if (st.column_int(0) >= calls[k].first && st.column_int(0) <= calls[k].second) call = int(k);
             ASSERT_GE(call, 0);
-            std::string node = st.column_text(1);
-            node = node.substr(0, node.rfind('-'));
-            calls_of[{int(st.column_int(2)), node, int(st.column_int(3))}].insert(call);
+            const std::string name = st.column_text(1);
+            const int layer = std::stoi(name.substr(name.rfind('-') + 1));
+            calls_of[{layer, name.substr(0, name.rfind('-')), int(st.column_int(2))}].insert(call);
         }
     }
     auto t = stats_table(trace, "expert").to_json();
@@ -119,8 +119,7 @@ TEST(Stats, ByExpertCountsEveryActivation) {
     // ids hold, counted here in SQL of our own.
     store::Database db(moe_recording(), store::Database::Mode::ReadOnly);
     EXPECT_EQ(activations,
-              db.scalar("SELECT count(*) FROM (SELECT DISTINCT t.start_ns, e.layer, rtrim(rtrim(e.name, '0123456789'), "
-                        "'-'), e.expert FROM experts e JOIN graphs g ON g.seq = e.graph_seq JOIN tokens t ON g.start_ns "
+              db.scalar("SELECT count(*) FROM (SELECT DISTINCT t.start_ns, e.name, e.expert FROM experts e JOIN graphs g ON g.seq = e.graph_seq JOIN tokens t ON g.start_ns "
                         "BETWEEN t.start_ns AND t.end_ns)"));
 }
 

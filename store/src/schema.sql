@@ -1,4 +1,5 @@
--- profinfer trace store, schema version 2 (PRAGMA user_version = 2).
+-- profinfer trace store, schema version 3 (PRAGMA user_version = 3). Raw facts as captured;
+-- what they mean (phase, layer, node time, ...) is derived in derived.sql.
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
 -- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
 CREATE TABLE meta (
@@ -29,8 +30,7 @@ CREATE TABLE tokens (
   start_ns  INTEGER NOT NULL,
   end_ns    INTEGER NOT NULL,
   n_tokens  INTEGER NOT NULL,  -- llama_batch.n_tokens; -1 if unreadable
-  ret       INTEGER NOT NULL,  -- llama_decode's return value
-  phase     TEXT NOT NULL      -- prefill (batch of more than one token) or decode
+  ret       INTEGER NOT NULL   -- llama_decode's return value
 );
 -- One row per graph a backend computed. api: backend (ggml_backend_graph_compute_async,
 -- any backend) or cpu (ggml_graph_compute, the CPU backend's graph; operators refer to it).
@@ -98,7 +98,6 @@ CREATE TABLE experts (
   graph_seq INTEGER NOT NULL,
   tensor    INTEGER NOT NULL,
   name      TEXT,               -- the MUL_MAT_ID node, e.g. ffn_moe_up-3
-  layer     INTEGER,            -- from the name's -N suffix
   token     INTEGER NOT NULL,   -- row of the batch
   slot      INTEGER NOT NULL,
   expert    INTEGER NOT NULL

@@ -13,6 +13,9 @@ namespace {
 const char kSchema[] =
 #include "schema.sql.inc"
     ;
+const char kDerivedViews[] =
+#include "derived.sql.inc"
+    ;
 }
 
 const char* to_string(RunStatus s) {
@@ -146,10 +149,12 @@ void Database::initialise(Mode mode) {
         exec("COMMIT");
     } else {
         int64_t v = scalar("PRAGMA user_version");
-        if (v != kSchemaVersion)
-            throw Error(path.string() + " has trace schema version " + std::to_string(v) + "; this profinfer reads version " +
-                        std::to_string(kSchemaVersion) + (v == 0 ? " (is it a profinfer trace?)" : ""));
+        if (v < kOldestReadableSchema || v > kSchemaVersion)
+            throw Error(path.string() + " has trace schema version " + std::to_string(v) + "; this profinfer reads versions " +
+                        std::to_string(kOldestReadableSchema) + " to " + std::to_string(kSchemaVersion) +
+                        (v == 0 ? " (is it a profinfer trace?)" : ""));
     }
+    exec(kDerivedViews);
 }
 
 Database::~Database() { sqlite3_close(db_); }
@@ -178,6 +183,14 @@ std::map<std::string, std::string> Database::meta() {
     Statement st(db_, "SELECT key, value FROM meta");
     while (st.step()) m[st.column_text(0)] = st.column_text(1);
     return m;
+}
+
+std::vector<std::string> Database::counter_names() {
+    std::vector<std::string> names(kCounterSlots);
+    Statement st(db_, "SELECT idx, name FROM counters WHERE available = 1 AND idx >= 0");
+    while (st.step())
+        if (st.column_int(0) < kCounterSlots) names[st.column_int(0)] = st.column_text(1);
+    return names;
 }
 
 }  // namespace profinfer::store

@@ -137,8 +137,9 @@ TEST(RecordFull, ExpertIdsMatchLlamaCppsRouting) {
     ASSERT_EQ(calls.size(), 4u);
     std::map<std::pair<int, std::string>, std::vector<std::vector<int>>> got;
     store::Statement e(db.handle(),
-                       "SELECT g.start_ns, x.name, x.token, x.slot, x.expert, x.layer FROM experts x "
-                       "JOIN graphs g ON g.seq = x.graph_seq ORDER BY x.rowid");
+                       "SELECT g.start_ns, x.name, x.token, x.slot, x.expert, "
+                       "(SELECT layer FROM node_names n WHERE n.graph_seq = x.graph_seq AND n.tensor = x.tensor) "
+                       "FROM experts x JOIN graphs g ON g.seq = x.graph_seq ORDER BY x.rowid");
     while (e.step()) {
         int call = -1;
         for (size_t k = 0; k < calls.size(); ++k)
@@ -148,7 +149,7 @@ TEST(RecordFull, ExpertIdsMatchLlamaCppsRouting) {
         if (rows.size() <= tok) rows.resize(tok + 1);
         if (rows[tok].size() <= slot) rows[tok].resize(slot + 1);
         rows[tok][slot] = int(e.column_int(4));
-        EXPECT_EQ(e.column_int(5), e.column_text(1).back() - '0');  // layer from "ffn_moe_up-1"
+        EXPECT_EQ(e.column_int(5), e.column_text(1).back() - '0');  // view node_names: layer 1 of "ffn_moe_up-1"
         EXPECT_GE(e.column_int(4), 0);
         EXPECT_LT(e.column_int(4), 8);
     }
@@ -249,7 +250,7 @@ TEST(RecordQos, DetachesOperatorProbesBelowTheRequiredSpeed) {
                           {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "400", "Hello"});
         EXPECT_EQ(rec.result.status, 0) << rec.result.err;
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
-        *decode_calls = db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'");
+        *decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
         *ops_after_detach = db.scalar(
             "SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE g.start_ns > "
             "(SELECT coalesce(min(ts_ns), 1 << 62) FROM qos_events WHERE action = 'detach')");
@@ -274,8 +275,8 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     const std::vector<std::string> simple{llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b")};
     auto decode_tps = [](const fs::path& db) {
         store::Database s(db, store::Database::Mode::ReadOnly);
-        return 1e9 * double(s.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode'")) /
-               double(std::max<int64_t>(1, s.scalar("SELECT sum(end_ns - start_ns) FROM tokens WHERE phase = 'decode'")));
+        return 1e9 * double(s.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'")) /
+               double(std::max<int64_t>(1, s.scalar("SELECT sum(end_ns - start_ns) FROM calls WHERE phase = 'decode'")));
     };
     auto probe = record(d, {"--level", "op"}, {simple[0], simple[1], simple[2], "-n", "300", "Hello"});
     ASSERT_EQ(probe.result.status, 0) << probe.result.err;

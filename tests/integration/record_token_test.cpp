@@ -23,12 +23,12 @@ TEST(RecordToken, LlamaSimpleSixteenTokens) {
     EXPECT_EQ(s.decode_calls, 15);
     EXPECT_TRUE(s.health.losses.empty());
     EXPECT_TRUE(s.missing_probes.empty());
-    EXPECT_GT(s.ttft_ms, 0);
-    EXPECT_GT(s.median_tpot_ms, 0);
+    EXPECT_GT(s.ttft_ms.value_or(0), 0);
+    EXPECT_GT(s.median_tpot_ms.value_or(0), 0);
 
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens WHERE phase = 'decode' AND n_tokens = 1"), 15);
-    EXPECT_GT(db.scalar("SELECT n_tokens FROM tokens WHERE phase = 'prefill'"), 1);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode' AND n_tokens = 1"), 15);
+    EXPECT_GT(db.scalar("SELECT n_tokens FROM calls WHERE phase = 'prefill'"), 1);
     EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens WHERE end_ns <= start_ns OR ret != 0"), 0);
     // Calls do not overlap and come in order.
     EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens a JOIN tokens b ON b.id = a.id + 1 WHERE b.start_ns < a.end_ns"), 0);

@@ -4,13 +4,15 @@
 
 #include "profinfer/error.h"
 #include "profinfer/events.h"
-#include "profinfer/tensor_name.h"
+#include "profinfer/store.h"
 
 namespace profinfer {
 
+static_assert(PI_MAX_COUNTERS == store::kCounterSlots, "the ops table has a column per counter slot");
+
 struct TraceWriter::Statements {
     explicit Statements(sqlite3* db)
-        : token(db, "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret, phase) VALUES (?,?,?,?,?,?,?,?)"),
+        : token(db, "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret) VALUES (?,?,?,?,?,?,?)"),
           graph(db,
                 "INSERT INTO graphs(seq, pid, tid, start_ns, end_ns, api, cgraph, backend, backend_guid, backend_name, "
                 "n_nodes) VALUES (?,?,?,?,?,?,?,?,?,?,?)"),
@@ -23,7 +25,7 @@ struct TraceWriter::Statements {
           node_src(db,
                    "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
-          expert(db, "INSERT INTO experts(graph_seq, tensor, name, layer, token, slot, expert) VALUES (?,?,?,?,?,?,?)"),
+          expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
           sw(db,
              "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
              "next_comm, preempt) VALUES (?,?,?,?,?,?,?,?,?,?)"),
@@ -144,11 +146,9 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_TOKEN: {
             auto* e = as<pi_token_event>(data, size, malformed_);
             if (!e) return;
-            const bool prefill = e->n_tokens > 1;
             auto& s = st_->token;
             s.bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});
-            s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret});
-            s.bind(8, std::string(prefill ? "prefill" : "decode")).run();
+            s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret}).run();
             break;
         }
         case PI_EV_GRAPH: {
@@ -199,8 +199,7 @@ void TraceWriter::write(const void* data, size_t size) {
                 auto& s = st_->expert;
                 s.bind(1, i64(e->graph_seq)).bind(2, i64(e->tensor));
                 name.empty() ? s.bind_null(3) : s.bind(3, name);
-                s.bind(4, int64_t{layer_of(name)}).bind(5, int64_t{i / e->n_used}).bind(6, int64_t{i % e->n_used});
-                s.bind(7, int64_t{e->ids[i]}).run();
+                s.bind(4, int64_t{i / e->n_used}).bind(5, int64_t{i % e->n_used}).bind(6, int64_t{e->ids[i]}).run();
             }
             break;
         }

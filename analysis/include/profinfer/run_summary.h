@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,13 +17,17 @@ struct RunSummary {
     int64_t tokens = 0;  // tokens processed (sum of batch sizes)
     int64_t decode_calls = 0, prefill_calls = 0;
     int64_t graphs = 0, cpu_graphs = 0;         // backend graphs, and CPU graphs (ggml_graph_compute)
-    int64_t operators = 0;                      // graph nodes executed (nodes table)
-    int64_t op_records = 0;                     // per-thread node records (ops table)
-    int64_t op_types = 0, threads = 0;
+    // Counts cover the recorded llama_decode calls (docs/trace-store.md, view call_graphs).
+    int64_t operators = 0;                      // graph nodes executed, fused partners included
+    int64_t op_records = 0;                     // per-thread node records
+    int64_t op_types = 0;
+    int64_t threads = 0;                        // distinct OS threads (tids) that ran nodes
+    int64_t thread_slots = 0;                   // distinct ggml thread indices (ith): the compute width
+    int64_t outside_calls = 0;                  // nodes recorded outside any call (in flight at attach)
     int64_t sched_switches = 0, sched_wakeups = 0, expert_records = 0;
     double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
-    double ttft_ms = 0;         // duration of the first prefill call
-    double median_tpot_ms = 0;  // median duration of the decode calls
+    std::optional<double> ttft_ms;         // duration of the first prefill call; none without one
+    std::optional<double> median_tpot_ms;  // median duration of the decode calls; none without any
     store::RunHealth health;  // status as it really is, losses per kind
     std::vector<std::string> attached_probes, missing_probes;  // "symbol (library): reason"
 

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "profinfer/store.h"
-#include "profinfer/tensor_name.h"
 
 namespace profinfer {
 
-constexpr int kCounterSlots = 6;
+using store::kCounterSlots;
 using CounterValues = std::array<std::optional<int64_t>, kCounterSlots>;
 
 struct ThreadPart {
@@ -41,11 +40,14 @@ struct Node {
     std::vector<SourceRef> srcs;
     std::vector<ThreadPart> threads;  // empty for the second node of a fused kernel
     int fused_with = -1;              // index of the partner node of a fused kernel
-    int layer = -1;                   // from the name's "-N" suffix
+    std::string base;                 // name without the layer suffix (view node_names)
+    int layer = -1;                   // the name's "-N" suffix, -1 without one
+    bool attention = false;           // KQ/KQV MatMul or FLASH_ATTN_EXT
+    // The node's time as view node_times defines it (docs/trace-store.md); 0 for the
+    // second node of a fused kernel, whose time is the first's.
+    int64_t start_ns = 0, end_ns = 0;
 
-    int64_t start_ns() const;        // first thread's start
-    int64_t compute_end_ns() const;  // last thread's compute end
-    double time_ms() const { return threads.empty() ? 0.0 : (compute_end_ns() - start_ns()) / 1e6; }
+    double time_ms() const { return (end_ns - start_ns) / 1e6; }
     uint64_t bytes() const;          // sources (with known shape) plus destination
     std::optional<int64_t> counter(int slot) const;  // summed over threads; empty if any is unknown
 };
@@ -63,7 +65,7 @@ public:
     // The middle decode call (the paper's "target decode iteration"), or the last call.
     int default_call() const;
     std::vector<Node> nodes(int call) const;
-    std::vector<std::string> counter_names() const;  // by slot; "" where unused
+    std::vector<std::string> counter_names() const { return db_.counter_names(); }  // by slot; "" where unused
     store::Database& db() { return db_; }
 
 private:

@@ -1,7 +1,8 @@
 #pragma once
 // The trace store: one SQLite database per run. The schema is declared once, in
 // store/src/schema.sql (compiled in), versioned by PRAGMA user_version and documented
-// in docs/trace-store.md. The tracer writes through Writer; the analysis reads with
+// in docs/trace-store.md; every derived quantity (calls, node times, base names,
+// layers, attention) once, in store/src/derived.sql, as TEMP views on every connection. The tracer writes through Writer; the analysis reads with
 // plain SQL through Database.
 #include <sqlite3.h>
 
@@ -9,10 +10,17 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
+// Version 2 differs only by two derived columns (tokens.phase, experts.layer) that
+// readers no longer use: it is read through the same derived views.
+constexpr int kOldestReadableSchema = 2;
+// Counter slots per operator record: columns c0 .. c5 of ops (events.h checks its own
+// count against this).
+constexpr int kCounterSlots = 6;
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
 constexpr int kEventsVersion = 4;
@@ -55,6 +63,8 @@ public:
     const std::filesystem::path& path() const { return path_; }
     int64_t scalar(const std::string& sql);  // first column of the first row, 0 if none
     std::map<std::string, std::string> meta();
+    // The counters that filled ops columns c0.. : name by slot, "" where unused.
+    std::vector<std::string> counter_names();
     void set_meta(const std::string& key, const std::string& value);
 
 private:

@@ -1,0 +1,75 @@
+-- profinfer trace store: every derived quantity, defined once. Created as TEMP views on
+-- each connection (a read-only database gets them too); every analysis view, the run
+-- summary and the tests read through them. The tables hold raw facts as captured
+-- (n_tokens, tensor names, per-thread times); what they mean is decided here.
+-- docs/trace-store.md documents each view.
+
+-- One row per llama_decode call, numbered from 0 in time order. phase: prefill when the
+-- batch held more than one token, decode for one, unknown when it could not be read.
+CREATE TEMP VIEW calls AS
+SELECT row_number() OVER (ORDER BY start_ns, id) - 1 AS call, id AS token_id, pid, tid, cpu, start_ns, end_ns,
+       end_ns - start_ns AS dur_ns, n_tokens, ret,
+       CASE WHEN n_tokens > 1 THEN 'prefill' WHEN n_tokens = 1 THEN 'decode' ELSE 'unknown' END AS phase
+FROM tokens;
+
+-- The graphs computed inside a recorded call (both APIs), with their call. A graph that
+-- began before the probes went in, or belongs to a call that did, is in no call and so
+-- in no view below: in-flight work at attach time is not recorded.
+CREATE TEMP VIEW call_graphs AS
+SELECT g.seq AS graph_seq, c.call, c.phase, g.api, g.tid, g.start_ns, g.end_ns, g.cgraph, g.n_nodes,
+       coalesce(g.backend_name, g.backend_guid) AS backend
+FROM graphs g JOIN calls c ON g.start_ns >= c.start_ns AND g.end_ns <= c.end_ns;
+
+-- Node names: the base (the name without the layer suffix: ffn_out-3 → ffn_out) and the
+-- layer (3; NULL when the name has no "-N" suffix). attention: the node computes
+-- attention scores or their product with V — the KQ and KQV MatMuls (flash attention
+-- off) or FLASH_ATTN_EXT (on).
+CREATE TEMP VIEW node_names AS
+SELECT id, graph_seq, tensor, op, name, type, ne0, ne1, ne2, ne3,
+       CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END AS base,
+       CASE WHEN suffixed THEN CAST(substr(name, length(stem) + 1) AS INTEGER) END AS layer,
+       (op = 'FLASH_ATTN_EXT' OR (op IN ('MUL_MAT', 'MUL_MAT_ID') AND
+        (CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END) IN ('kq', 'kqv'))) AS attention
+FROM (SELECT n.*, rtrim(n.name, '0123456789') AS stem,
+             rtrim(n.name, '0123456789') != n.name AND rtrim(n.name, '0123456789') GLOB '?*-' AS suffixed
+      FROM nodes n);
+
+-- One row per thread's part of a node of a recorded call. compute: from its start to the
+-- barrier that ends the node (at --level op, where barriers are not traced, to its start
+-- of the next node: compute_end_ns = end_ns); wait: from there to its next node.
+CREATE TEMP VIEW thread_parts AS
+SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.name, n.base, n.layer, n.attention,
+       o.tid, o.ith, o.nth, o.start_cpu, o.end_cpu, o.start_ns, o.compute_end_ns, o.end_ns,
+       o.compute_end_ns - o.start_ns AS compute_ns, o.end_ns - o.compute_end_ns AS wait_ns, o.barriers,
+       o.c0, o.c1, o.c2, o.c3, o.c4, o.c5
+FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq
+     JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor;
+
+-- One row per node a kernel computed (a fused kernel counts once, under its first node).
+-- The node's time runs from the first thread starting it to the last thread reaching the
+-- barrier that ends it, cut at the first thread starting the next node (and at the
+-- graph's return). Where barriers are traced (--level full) the cut never bites; at
+-- --level op a thread's compute end is its next node's start, so the cut makes the
+-- nodes of a graph tile it: per call, operator times never add up to more than the call.
+CREATE TEMP VIEW node_times AS
+WITH k AS (SELECT graph_seq, tensor, min(start_ns) AS first_start, max(compute_end_ns) AS last_compute_end,
+                  max(nth) AS nth, count(*) AS parts
+           FROM ops GROUP BY graph_seq, tensor),
+     w AS (SELECT k.*, lead(first_start) OVER (PARTITION BY graph_seq ORDER BY first_start, tensor) AS next_start FROM k)
+SELECT w.graph_seq, cg.call, cg.phase, w.tensor, n.op, n.name, n.base, n.layer, n.attention, w.nth, w.parts,
+       max(w.first_start, cg.start_ns) AS start_ns,
+       max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns)) AS end_ns,
+       max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns))
+         - max(w.first_start, cg.start_ns) AS dur_ns
+FROM w JOIN call_graphs cg ON cg.graph_seq = w.graph_seq
+     JOIN node_names n ON n.graph_seq = w.graph_seq AND n.tensor = w.tensor;
+
+-- The nodes of recorded calls (fused partners included): what `operators` counts.
+CREATE TEMP VIEW call_nodes AS
+SELECT n.*, cg.call, cg.phase FROM node_names n JOIN call_graphs cg ON cg.graph_seq = n.graph_seq;
+
+-- Expert ids of recorded calls, with the MUL_MAT_ID node's base name and layer.
+CREATE TEMP VIEW expert_uses AS
+SELECT e.graph_seq, cg.call, e.tensor, e.name, n.base, n.layer, e.token, e.slot, e.expert
+FROM experts e JOIN call_graphs cg ON cg.graph_seq = e.graph_seq
+     LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor;
