@@ -69,7 +69,8 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
     }
     if (by.empty()) throw Error("no decode-call operator records: record with --level op or full");
     // counter_gbs: DRAM traffic measured by hardware counters (null without them).
-    Table t{{"name", "op", "count", "mean_us", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_gflops", "roof_pct",
+    // flops, bytes: per node (mean over its calls), from shapes and types (node_flops, Node::bytes).
+    Table t{{"name", "op", "count", "mean_us", "flops", "bytes", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_gflops", "roof_pct",
              "verdict"},
             {}};
     std::vector<Acc> rows;
@@ -89,7 +90,7 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         const nlohmann::json counter_gbs = !dram_counters.empty() && a.counted && a.time_s > 0
                                                ? nlohmann::json(a.counted_bytes / a.time_s / 1e9)
                                                : nlohmann::json(nullptr);
-        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, intensity, gflops, gbs, counter_gbs, roof_gflops,
+        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, a.flops / a.count, a.bytes / a.count, intensity, gflops, gbs, counter_gbs, roof_gflops,
                           100.0 * share, verdict});
     }
     return t;

@@ -1,24 +1,34 @@
--- profinfer trace store: every derived quantity, defined once. Created as TEMP views on
--- each connection (a read-only database gets them too); every analysis view, the run
+-- profinfer trace store: every derived quantity, defined once. Created as TEMP views
+-- (and two small TEMP tables) on each reading connection; every analysis view, the run
 -- summary and the tests read through them. The tables hold raw facts as captured
 -- (n_tokens, tensor names, per-thread times); what they mean is decided here.
 -- docs/trace-store.md documents each view.
 
+-- calls and call_graphs are small (one row per call or graph) and every other view joins
+-- them, so they are TEMP tables with indexes, filled when the connection opens: a reader
+-- sees the calls recorded by then.
+
 -- One row per llama_decode call, numbered from 0 in time order. phase: prefill when the
 -- batch held more than one token, decode for one, unknown when it could not be read.
-CREATE TEMP VIEW calls AS
+CREATE TEMP TABLE calls AS
 SELECT row_number() OVER (ORDER BY start_ns, id) - 1 AS call, id AS token_id, pid, tid, cpu, start_ns, end_ns,
        end_ns - start_ns AS dur_ns, n_tokens, ret,
        CASE WHEN n_tokens > 1 THEN 'prefill' WHEN n_tokens = 1 THEN 'decode' ELSE 'unknown' END AS phase
 FROM tokens;
+CREATE UNIQUE INDEX temp.calls_call ON calls(call);
+CREATE INDEX temp.calls_start ON calls(start_ns);
 
--- The graphs computed inside a recorded call (both APIs), with their call. A graph that
--- began before the probes went in, or belongs to a call that did, is in no call and so
--- in no view below: in-flight work at attach time is not recorded.
-CREATE TEMP VIEW call_graphs AS
+-- The graphs computed inside a recorded call (both APIs), with their call: the last call
+-- to start before the graph, if the graph also ends within it. A graph that began
+-- before the probes went in, or belongs to a call that did, is in no call and so in no
+-- view below: work in flight at attach time is not recorded.
+CREATE TEMP TABLE call_graphs AS
 SELECT g.seq AS graph_seq, c.call, c.phase, g.api, g.tid, g.start_ns, g.end_ns, g.cgraph, g.n_nodes,
        coalesce(g.backend_name, g.backend_guid) AS backend
-FROM graphs g JOIN calls c ON g.start_ns >= c.start_ns AND g.end_ns <= c.end_ns;
+FROM graphs g JOIN calls c ON c.call = (SELECT call FROM calls WHERE start_ns <= g.start_ns ORDER BY start_ns DESC LIMIT 1)
+WHERE g.end_ns <= c.end_ns;
+CREATE UNIQUE INDEX temp.call_graphs_seq ON call_graphs(graph_seq);
+CREATE INDEX temp.call_graphs_call ON call_graphs(call);
 
 -- Node names: the base (the name without the layer suffix: ffn_out-3 → ffn_out) and the
 -- layer (3; NULL when the name has no "-N" suffix). attention: the node computes

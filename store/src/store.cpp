@@ -153,8 +153,8 @@ void Database::initialise(Mode mode) {
             throw Error(path.string() + " has trace schema version " + std::to_string(v) + "; this profinfer reads versions " +
                         std::to_string(kOldestReadableSchema) + " to " + std::to_string(kSchemaVersion) +
                         (v == 0 ? " (is it a profinfer trace?)" : ""));
+        exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }
-    exec(kDerivedViews);
 }
 
 Database::~Database() { sqlite3_close(db_); }

@@ -3,9 +3,12 @@
 // independent of profinfer's probes. For MUL_MAT_ID nodes it adds the expert ids the
 // router chose (src[2], i32 [n_expert_used, n_tokens]).
 //
-//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model]
+//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model | --no-callback]
 // Output lines: {"call":K,"name":...,"op":...,"src":[...],"ne":[...],"ids":[[...],...]}
 // where call K is the K-th llama_decode (0 = the prompt).
+// --no-callback: no eval callback, so llama.cpp computes each call's graph whole, as it
+// does for users (the callback makes it compute node by node); prints {"call":K} after
+// each call instead.
 // --page-out-model: prints the model pages resident (mincore) after the page-out and at
 // the end on stderr. After loading, reclaim the model file's pages (MADV_PAGEOUT), as
 // memory pressure would, without read-ahead, so that the operators fault the weights back
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
     const int n_predict = std::atoi(argv[3]);
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
     const bool page_out_model = argc > 5 && std::strcmp(argv[5], "--page-out-model") == 0;
+    const bool callback = !(argc > 5 && std::strcmp(argv[5], "--no-callback") == 0);
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
 #ifdef GGML_BACKEND_DIR
     ggml_backend_load_all_from_path(GGML_BACKEND_DIR);
@@ -147,7 +151,7 @@ int main(int argc, char** argv) {
     cp.n_batch = n;
     cp.n_threads = cp.n_threads_batch = threads;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.cb_eval = on_node;
+    if (callback) cp.cb_eval = on_node;
     llama_context* ctx = llama_init_from_model(model, cp);
     if (!ctx) return std::fprintf(stderr, "cannot create a context\n"), 1;
     llama_sampler* smpl = llama_sampler_chain_init(llama_sampler_chain_default_params());
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
     llama_token next;
     for (g_call = 0; g_call < n_predict; ++g_call) {
         if (llama_decode(ctx, batch)) return std::fprintf(stderr, "llama_decode failed\n"), 1;
+        if (!callback) std::printf("{\"call\":%d}\n", g_call), std::fflush(stdout);
         next = llama_sampler_sample(smpl, ctx, -1);
         batch = llama_batch_get_one(&next, 1);
     }

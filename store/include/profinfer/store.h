@@ -2,7 +2,7 @@
 // The trace store: one SQLite database per run. The schema is declared once, in
 // store/src/schema.sql (compiled in), versioned by PRAGMA user_version and documented
 // in docs/trace-store.md; every derived quantity (calls, node times, base names,
-// layers, attention) once, in store/src/derived.sql, as TEMP views on every connection. The tracer writes through Writer; the analysis reads with
+// layers, attention) once, in store/src/derived.sql, as TEMP views on every reading connection. The tracer writes through Writer; the analysis reads with
 // plain SQL through Database.
 #include <sqlite3.h>
 
