@@ -1,8 +1,7 @@
-#include "profinfer/output_file.h"
-#include <fstream>
 #include <iostream>
 
-#include "profinfer/error.h"
+#include "profinfer/gzip_stream.h"
+#include "profinfer/output_file.h"
 #include "profinfer/timeline.h"
 #include "subcommands.h"
 
@@ -13,13 +12,22 @@ void add_timeline(CLI::App& app, std::function<int()>& action) {
     auto out = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("timeline", "ProfTime: the recording as a Chrome trace (open in ui.perfetto.dev)");
     cmd->add_option("db", *db, "Trace database")->required();
-    cmd->add_option("-o,--output", *out, "trace.json")->required();
+    cmd->add_option("-o,--output", *out, "trace.json, or trace.json.gz to write it gzip-compressed (Perfetto opens both)")
+        ->required();
     cmd->callback([&action, db, out] {
         action = [db, out] {
             warn_if_partial(*db);
-            auto j = timeline_json(*db);
-            profinfer::OutputFile::write(*out, j.dump() + "\n");
-            std::cerr << "profinfer: " << j["traceEvents"].size() << " trace events → " << *out << "\n";
+            OutputFile file(*out);
+            int64_t events = 0;
+            if (is_gzip_path(*out)) {
+                GzipStream gz(file.stream());
+                events = write_timeline(*db, gz);
+                gz.finish();
+            } else {
+                events = write_timeline(*db, file.stream());
+            }
+            file.commit();
+            std::cerr << "profinfer: " << events << " trace events → " << *out << "\n";
             return 0;
         };
     });

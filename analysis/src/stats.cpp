@@ -118,12 +118,12 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         // Per call: its duration and what the operators inside it took; attention (KQ and
         // KQV, or FLASH_ATTN_EXT) is what grows with the context (paper Fig. 9).
         return rows({"call", "phase", "n_tokens", "ms", "op_ms", "mul_mat_ms", "attention_ms", "mul_mat_share_pct"},
-                    "SELECT c.call, c.phase, c.n_tokens, c.dur_ns / 1e6, coalesce(sum(t.dur_ns), 0) / 1e6, "
-                    "coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.dur_ns END), 0) / 1e6, "
-                    "coalesce(sum(CASE WHEN t.attention THEN t.dur_ns END), 0) / 1e6, "
-                    "100.0 * coalesce(sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') THEN t.dur_ns END), 0) / "
-                    "max(1, sum(t.dur_ns)) "
-                    "FROM calls c LEFT JOIN node_times t ON t.call = c.call GROUP BY c.call ORDER BY c.call");
+                    "WITH t AS (SELECT call, sum(dur_ns) AS op, "
+                    "sum(CASE WHEN op IN ('MUL_MAT', 'MUL_MAT_ID') THEN dur_ns ELSE 0 END) AS mm, "
+                    "sum(CASE WHEN attention THEN dur_ns ELSE 0 END) AS attn FROM node_times GROUP BY call) "
+                    "SELECT c.call, c.phase, c.n_tokens, c.dur_ns / 1e6, coalesce(t.op, 0) / 1e6, coalesce(t.mm, 0) / 1e6, "
+                    "coalesce(t.attn, 0) / 1e6, 100.0 * coalesce(t.mm, 0) / max(1, coalesce(t.op, 0)) "
+                    "FROM calls c LEFT JOIN t ON t.call = c.call ORDER BY c.call");
     }
     if (by == "thread") {
         // Paper Fig. 6: per op type and thread index, compute and wait time.

@@ -1,11 +1,16 @@
 #include "profinfer/timeline.h"
 
-#include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "profinfer/store.h"
-#include "profinfer/trace_graph.h"
 
 namespace profinfer {
 
@@ -15,50 +20,84 @@ namespace {
 // interleave with the operator slices of the same thread.
 constexpr int64_t kStateTrackOffset = 1'000'000'000;
 
-class Builder {
+// One trace event waiting to be written: its place in the merged order and its text.
+struct Pending {
+    int64_t ts = 0, dur = 0;
+    std::string json;
+};
+
+// A kind of event read from one SQL statement in time order (start, then longer first,
+// so that enclosing slices come before what they enclose).
+class Source {
 public:
-    explicit Builder(int64_t t0) : t0_(t0) {}
-
-    void slice(int64_t pid, int64_t tid, const std::string& name, const std::string& cat, int64_t start, int64_t end,
-               nlohmann::json args = nlohmann::json::object()) {
-        events_.push_back({{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", name}, {"cat", cat}, {"ts", us(start)},
-                           {"dur", (end - start) / 1000.0}, {"args", std::move(args)}});
+    using Make = std::function<std::optional<Pending>(const store::Statement&)>;
+    Source(store::Database& db, const std::string& sql, Make make)
+        : st_(std::make_unique<store::Statement>(db.handle(), sql.c_str())), make_(std::move(make)) {
+        advance();
     }
-    void instant(int64_t pid, int64_t tid, const std::string& name, int64_t ts, nlohmann::json args) {
-        events_.push_back({{"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", tid}, {"name", name}, {"ts", us(ts)},
-                           {"args", std::move(args)}});
-    }
-    void counter(int64_t pid, const std::string& name, int64_t ts, double value) {
-        events_.push_back({{"ph", "C"}, {"pid", pid}, {"name", name}, {"ts", us(ts)}, {"args", {{"value", value}}}});
-    }
-    void thread_name(int64_t pid, int64_t tid, const std::string& name, int sort) {
-        meta_.push_back({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", name}}}});
-        meta_.push_back(
-            {{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_sort_index"}, {"args", {{"sort_index", sort}}}});
-    }
-    void process_name(int64_t pid, const std::string& name) {
-        meta_.push_back({{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", name}}}});
-    }
-
-    nlohmann::json finish() {
-        // Per track, by start time and, for equal starts, the enclosing (longer) slice first,
-        // so that viewers nest them.
-        std::stable_sort(events_.begin(), events_.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-            double ta = a["ts"], tb = b["ts"];
-            if (ta != tb) return ta < tb;
-            double da = a.value("dur", 0.0), db = b.value("dur", 0.0);
-            return da > db;
-        });
-        nlohmann::json all = nlohmann::json::array();
-        for (auto& m : meta_) all.push_back(std::move(m));
-        for (auto& e : events_) all.push_back(std::move(e));
-        return {{"traceEvents", std::move(all)}, {"displayTimeUnit", "ms"}};
+    bool done() const { return !next_; }
+    const Pending& peek() const { return *next_; }
+    Pending take() {
+        Pending p = std::move(*next_);
+        advance();
+        return p;
     }
 
 private:
-    double us(int64_t ns) const { return (ns - t0_) / 1000.0; }
+    void advance() {
+        next_.reset();
+        while (!next_ && st_->step()) next_ = make_(*st_);
+    }
+    std::unique_ptr<store::Statement> st_;
+    Make make_;
+    std::optional<Pending> next_;
+};
+
+class Writer {
+public:
+    Writer(std::ostream& out, int64_t t0) : out_(out), t0_(t0) { out_ << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"; }
+
+    std::string us(int64_t ns) const {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.3f", (ns - t0_) / 1000.0);
+        return b;
+    }
+    Pending slice(int64_t pid, int64_t tid, const std::string& name, const std::string& cat, int64_t start, int64_t end,
+                  const nlohmann::json& args = nlohmann::json::object()) const {
+        char dur[32];
+        std::snprintf(dur, sizeof dur, "%.3f", (end - start) / 1000.0);
+        return {start, end - start,
+                "{\"ph\":\"X\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
+                    ",\"name\":" + nlohmann::json(name).dump() + ",\"cat\":\"" + cat + "\",\"ts\":" + us(start) +
+                    ",\"dur\":" + dur + ",\"args\":" + args.dump() + "}"};
+    }
+    Pending instant(int64_t pid, int64_t tid, const std::string& name, int64_t ts, const nlohmann::json& args) const {
+        return {ts, 0,
+                "{\"ph\":\"i\",\"s\":\"t\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
+                    ",\"name\":" + nlohmann::json(name).dump() + ",\"ts\":" + us(ts) + ",\"args\":" + args.dump() + "}"};
+    }
+    Pending counter(int64_t pid, const std::string& name, int64_t ts, double value) const {
+        return {ts, 0,
+                "{\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"name\":" + nlohmann::json(name).dump() +
+                    ",\"ts\":" + us(ts) + ",\"args\":{\"value\":" + nlohmann::json(value).dump() + "}}"};
+    }
+    void metadata(int64_t pid, int64_t tid, const std::string& what, const nlohmann::json& args) {
+        emit("{\"ph\":\"M\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"name\":\"" + what +
+             "\",\"args\":" + args.dump() + "}");
+    }
+    void emit(const std::string& json) {
+        out_ << (events_ ? ",\n" : "") << json;
+        ++events_;
+    }
+    int64_t finish() {
+        out_ << "\n]}\n";
+        return events_;
+    }
+
+private:
+    std::ostream& out_;
     int64_t t0_;
-    std::vector<nlohmann::json> events_, meta_;
+    int64_t events_ = 0;
 };
 
 std::string basename_of(const std::string& cmd) {
@@ -67,108 +106,126 @@ std::string basename_of(const std::string& cmd) {
     return slash == std::string::npos ? first : first.substr(slash + 1);
 }
 
+// The scheduler states of the target's threads as slices: each switch in or out starts a
+// state that lasts until that thread's next switch.
+std::string sched_states_sql(int64_t pid) {
+    const std::string p = std::to_string(pid);
+    return "WITH e AS (SELECT ts_ns AS ts, prev_tid AS tid, cpu, CASE WHEN prev_state = 0 THEN 'runnable (preempted by ' || "
+           "next_comm || ')' ELSE 'sleeping' END AS state FROM sched_switch WHERE prev_tgid = " + p +
+           " UNION ALL SELECT ts_ns, next_tid, cpu, 'running on CPU ' || cpu FROM sched_switch WHERE next_tgid = " + p +
+           "), s AS (SELECT tid, ts, lead(ts) OVER (PARTITION BY tid ORDER BY ts) AS end_ts, state, cpu FROM e) "
+           "SELECT tid, ts, end_ts, state, cpu FROM s WHERE end_ts > ts ORDER BY ts, end_ts - ts DESC";
+}
+
 }  // namespace
 
-nlohmann::json timeline_json(const std::filesystem::path& path) {
+int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
     const int64_t pid = meta.count("pid") ? std::stoll(meta["pid"]) : 0;
+    const std::string p = std::to_string(pid);
     const int64_t t0 = db.scalar(
-        "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM tokens UNION ALL SELECT min(start_ns) FROM graphs "
-        "UNION ALL SELECT min(start_ns) FROM ops UNION ALL SELECT min(ts_ns) FROM sched_switch)");
-    Builder b(t0);
-    b.process_name(pid, basename_of(meta["command"]) + " (pid " + std::to_string(pid) + ")");
-    std::set<int64_t> threads;
-    {
-        store::Statement st(db.handle(), "SELECT tid, start_ns, end_ns, n_tokens, phase, ret FROM calls ORDER BY call");
-        for (int k = 0; st.step(); ++k) {
-            threads.insert(st.column_int(0));
-            b.slice(pid, st.column_int(0), st.column_text(4) + " (" + std::to_string(st.column_int(3)) + " tokens)",
-                    "token", st.column_int(1), st.column_int(2), {{"call", k}, {"ret", st.column_int(5)}});
-        }
-    }
-    {
-        store::Statement st(db.handle(),
-                            "SELECT tid, start_ns, end_ns, api, coalesce(backend_name, backend_guid, ''), n_nodes, seq FROM graphs");
-        while (st.step()) {
-            threads.insert(st.column_int(0));
-            const std::string name = st.column_text(3) == "cpu" ? "ggml_graph_compute" : "graph " + st.column_text(4);
-            b.slice(pid, st.column_int(0), name, "graph", st.column_int(1), st.column_int(2),
-                    {{"n_nodes", st.column_int(5)}, {"seq", st.column_int(6)}});
-        }
-    }
-    const std::vector<std::string> counters = db.counter_names();
-    {
-        store::Statement st(db.handle(),
-                            "SELECT o.tid, o.start_ns, o.compute_end_ns, o.end_ns, o.ith, o.nth, o.start_cpu, "
-                            "coalesce(n.op, '?'), coalesce(n.name, ''), o.barriers, o.c0, o.c1, o.c2, o.c3, o.c4, o.c5, "
-                            "coalesce(f.op, '') FROM ops o "
-                            "LEFT JOIN nodes n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor "
-                            "LEFT JOIN nodes f ON f.graph_seq = o.graph_seq AND f.tensor = o.fused_tensor");
-        while (st.step()) {
-            const int64_t tid = st.column_int(0), start = st.column_int(1), cend = st.column_int(2), end = st.column_int(3);
-            threads.insert(tid);
-            std::string op = st.column_text(7);
-            if (!st.column_text(16).empty()) op += "+" + st.column_text(16);
-            nlohmann::json args = {{"tensor", st.column_text(8)}, {"ith", st.column_int(4)}, {"nth", st.column_int(5)},
-                                   {"cpu", st.column_int(6)}};
-            for (int c = 0; c < kCounterSlots; ++c)
-                if (!counters[c].empty() && !st.column_is_null(10 + c)) args[counters[c]] = st.column_int(10 + c);
-            b.slice(pid, tid, op, "op", start, cend, std::move(args));
-            if (st.column_int(9) > 0 && end > cend) b.slice(pid, tid, "wait", "wait", cend, end);
-            if (st.column_int(4) == 0)
-                for (int c = 0; c < kCounterSlots; ++c)
-                    if (!counters[c].empty() && !st.column_is_null(10 + c))
-                        b.counter(pid, counters[c] + " per op (thread 0)", start, double(st.column_int(10 + c)));
-        }
-    }
-    // Scheduler: a state track per target thread.
+        "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "
+        "UNION ALL SELECT min(ts_ns) FROM sched_switch)");
+    Writer w(out, t0);
+
+    // Track names first: every thread that ran a call, a graph or a node, and a
+    // scheduler track for each thread the scheduler events name.
+    w.metadata(pid, 0, "process_name", {{"name", basename_of(meta["command"]) + " (pid " + p + ")"}});
     std::map<int64_t, std::string> comm;
     {
-        struct Open {
-            int64_t since = 0;
-            std::string state;
-            int cpu = -1;
-        };
-        std::map<int64_t, Open> open;
-        auto close = [&](int64_t tid, int64_t ts) {
-            auto it = open.find(tid);
-            if (it != open.end() && ts > it->second.since)
-                b.slice(pid, tid + kStateTrackOffset, it->second.state, "sched", it->second.since, ts,
-                        {{"cpu", it->second.cpu}});
-        };
-        store::Statement st(db.handle(),
-                            "SELECT ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, next_comm "
-                            "FROM sched_switch ORDER BY ts_ns");
-        while (st.step()) {
-            const int64_t ts = st.column_int(0), cpu = st.column_int(1);
-            if (st.column_int(3) == pid) {
-                const int64_t tid = st.column_int(2);
-                comm[tid] = st.column_text(4);
-                close(tid, ts);
-                const bool preempted = st.column_int(5) == 0;
-                open[tid] = {ts, preempted ? "runnable (preempted by " + st.column_text(8) + ")" : "sleeping", int(cpu)};
-            }
-            if (st.column_int(7) == pid) {
-                const int64_t tid = st.column_int(6);
-                comm[tid] = st.column_text(8);
-                close(tid, ts);
-                open[tid] = {ts, "running on CPU " + std::to_string(cpu), int(cpu)};
-            }
-        }
-        store::Statement w(db.handle(), "SELECT ts_ns, tid, waker_tid, waker_comm, target_cpu FROM sched_wakeup");
-        while (w.step())
-            b.instant(pid, w.column_int(1) + kStateTrackOffset, "wakeup", w.column_int(0),
-                      {{"waker", w.column_text(3) + " (" + std::to_string(w.column_int(2)) + ")"}, {"cpu", w.column_int(4)}});
-        for (const auto& [tid, o] : open) threads.insert(tid);
+        store::Statement st(db.handle(), ("SELECT tid, comm FROM (SELECT ts_ns, prev_tid AS tid, prev_comm AS comm FROM "
+                                          "sched_switch WHERE prev_tgid = " + p + " UNION ALL SELECT ts_ns, next_tid, next_comm "
+                                          "FROM sched_switch WHERE next_tgid = " + p + ") ORDER BY ts_ns").c_str());
+        while (st.step()) comm[st.column_int(0)] = st.column_text(1);
+    }
+    std::set<int64_t> threads;
+    {
+        store::Statement st(db.handle(), "SELECT tid FROM calls UNION SELECT tid FROM call_graphs UNION "
+                                         "SELECT DISTINCT tid FROM thread_parts");
+        while (st.step()) threads.insert(st.column_int(0));
+        for (const auto& [tid, c] : comm) threads.insert(tid);
     }
     int sort = 0;
     for (int64_t tid : threads) {
-        std::string name = (comm.count(tid) ? comm[tid] : "thread") + " " + std::to_string(tid);
-        b.thread_name(pid, tid, name, sort++);
-        if (comm.count(tid)) b.thread_name(pid, tid + kStateTrackOffset, name + " (scheduler)", sort++);
+        const std::string name = (comm.count(tid) ? comm[tid] : "thread") + " " + std::to_string(tid);
+        w.metadata(pid, tid, "thread_name", {{"name", name}});
+        w.metadata(pid, tid, "thread_sort_index", {{"sort_index", sort++}});
+        if (comm.count(tid)) {
+            w.metadata(pid, tid + kStateTrackOffset, "thread_name", {{"name", name + " (scheduler)"}});
+            w.metadata(pid, tid + kStateTrackOffset, "thread_sort_index", {{"sort_index", sort++}});
+        }
     }
-    return b.finish();
+
+    const std::vector<std::string> counters = db.counter_names();
+    std::string counter_cols;
+    for (int c = 0; c < store::kCounterSlots; ++c) counter_cols += ", t.c" + std::to_string(c);
+    std::vector<std::unique_ptr<Source>> sources;
+    auto add = [&](const std::string& sql, Source::Make make) {
+        sources.push_back(std::make_unique<Source>(db, sql, std::move(make)));
+    };
+    add("SELECT tid, start_ns, end_ns, n_tokens, phase, ret, call FROM calls ORDER BY start_ns, dur_ns DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            return w.slice(pid, s.column_int(0), s.column_text(4) + " (" + std::to_string(s.column_int(3)) + " tokens)",
+                           "token", s.column_int(1), s.column_int(2), {{"call", s.column_int(6)}, {"ret", s.column_int(5)}});
+        });
+    add("SELECT tid, start_ns, end_ns, api, coalesce(backend, ''), n_nodes, graph_seq FROM call_graphs "
+        "ORDER BY start_ns, end_ns - start_ns DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            const std::string name = s.column_text(3) == "cpu" ? "ggml_graph_compute" : "graph " + s.column_text(4);
+            return w.slice(pid, s.column_int(0), name, "graph", s.column_int(1), s.column_int(2),
+                           {{"n_nodes", s.column_int(5)}, {"seq", s.column_int(6)}});
+        });
+    // An operator slice per thread and node, then (thread 0) its counter values.
+    add("SELECT t.tid, t.start_ns, t.compute_end_ns, t.op, t.name, t.ith, t.nth, t.start_cpu, coalesce(f.op, '')" +
+            counter_cols + " FROM thread_parts t LEFT JOIN nodes f ON f.graph_seq = t.graph_seq AND f.tensor = t.fused_tensor "
+            "ORDER BY t.start_ns, t.compute_end_ns - t.start_ns DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            std::string op = s.column_text(3);
+            if (!s.column_text(8).empty()) op += "+" + s.column_text(8);
+            nlohmann::json args = {{"tensor", s.column_text(4)}, {"ith", s.column_int(5)}, {"nth", s.column_int(6)},
+                                   {"cpu", s.column_int(7)}};
+            for (int c = 0; c < store::kCounterSlots; ++c)
+                if (!counters[c].empty() && !s.column_is_null(9 + c)) args[counters[c]] = s.column_int(9 + c);
+            return w.slice(pid, s.column_int(0), op, "op", s.column_int(1), s.column_int(2), args);
+        });
+    for (int c = 0; c < store::kCounterSlots; ++c)
+        if (!counters[c].empty())
+            add("SELECT start_ns, c" + std::to_string(c) + " FROM thread_parts WHERE ith = 0 AND c" + std::to_string(c) +
+                    " IS NOT NULL ORDER BY start_ns",
+                [&, name = counters[c] + " per op (thread 0)"](const store::Statement& s) -> std::optional<Pending> {
+                    return w.counter(pid, name, s.column_int(0), double(s.column_int(1)));
+                });
+    add("SELECT tid, compute_end_ns, end_ns FROM thread_parts WHERE barriers > 0 AND end_ns > compute_end_ns "
+        "ORDER BY compute_end_ns, end_ns - compute_end_ns DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            return w.slice(pid, s.column_int(0), "wait", "wait", s.column_int(1), s.column_int(2));
+        });
+    add(sched_states_sql(pid), [&](const store::Statement& s) -> std::optional<Pending> {
+        return w.slice(pid, s.column_int(0) + kStateTrackOffset, s.column_text(3), "sched", s.column_int(1), s.column_int(2),
+                       {{"cpu", s.column_int(4)}});
+    });
+    add("SELECT ts_ns, tid, waker_tid, waker_comm, target_cpu FROM sched_wakeup ORDER BY ts_ns",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            if (!comm.count(s.column_int(1))) return std::nullopt;  // a thread with no scheduler track
+            return w.instant(pid, s.column_int(1) + kStateTrackOffset, "wakeup", s.column_int(0),
+                             {{"waker", s.column_text(3) + " (" + std::to_string(s.column_int(2)) + ")"},
+                              {"cpu", s.column_int(4)}});
+        });
+
+    // Merge: earliest first; at equal times the longer slice first, so that viewers nest.
+    for (;;) {
+        Source* best = nullptr;
+        for (auto& src : sources) {
+            if (src->done()) continue;
+            if (!best || src->peek().ts < best->peek().ts ||
+                (src->peek().ts == best->peek().ts && src->peek().dur > best->peek().dur))
+                best = src.get();
+        }
+        if (!best) break;
+        w.emit(best->take().json);
+    }
+    return w.finish();
 }
 
 }  // namespace profinfer

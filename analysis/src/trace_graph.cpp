@@ -45,7 +45,14 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
     if (call < 0 || call >= int(calls_.size()))
         throw Error("no llama_decode call " + std::to_string(call) + " (the trace has " + std::to_string(calls_.size()) +
                     ", numbered from 0)");
-    const std::string graphs = "(SELECT graph_seq FROM call_graphs WHERE api = 'cpu' AND call = " + std::to_string(call) + ")";
+    // The call's CPU graphs as a literal list: node_times is then computed for them only.
+    std::string graphs;
+    {
+        store::Statement st(db_.handle(), ("SELECT graph_seq FROM call_graphs WHERE api = 'cpu' AND call = " +
+                                           std::to_string(call)).c_str());
+        while (st.step()) graphs += (graphs.empty() ? "" : ",") + std::to_string(st.column_int(0));
+        graphs = "(" + graphs + ")";
+    }
     std::vector<Node> nodes;
     std::map<std::pair<int64_t, uint64_t>, int> index;  // (graph, tensor) → node
     std::map<int64_t, int> by_id;

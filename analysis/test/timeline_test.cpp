@@ -3,8 +3,8 @@
 
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
-#include "profinfer/timeline.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -71,4 +71,17 @@ TEST(Timeline, WellFormedStrictlyNestedMonotonicPerTrack) {
                         for (const auto& o : slices)
                             op_in_graph_in_token |= o.cat == "op" && o.start >= g.start && o.end <= g.end;
     EXPECT_TRUE(op_in_graph_in_token);
+}
+
+// -o trace.json.gz: the same trace, gzip-compressed as it is written.
+TEST(Timeline, GzipOutputIsTheSameTrace) {
+    TempDir d;
+    auto plain = run({profinfer_bin(), "timeline", golden_trace("llama3.2-1b-full"), "-o", d / "trace.json"});
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    auto gz = run({profinfer_bin(), "timeline", golden_trace("llama3.2-1b-full"), "-o", d / "trace.json.gz"});
+    ASSERT_EQ(gz.status, 0) << gz.err;
+    EXPECT_LT(fs::file_size(d / "trace.json.gz") * 4, fs::file_size(d / "trace.json"));
+    auto unzip = run({"gzip", "-dc", d / "trace.json.gz"});
+    ASSERT_EQ(unzip.status, 0) << unzip.err;
+    EXPECT_EQ(unzip.out, read_file(d / "trace.json"));
 }

@@ -4,7 +4,7 @@
 -- (n_tokens, tensor names, per-thread times); what they mean is decided here.
 -- docs/trace-store.md documents each view.
 
--- calls and call_graphs are small (one row per call or graph) and every other view joins
+-- calls and call_graphs are small (a row per call or graph) and every other view joins
 -- them, so they are TEMP tables with indexes, filled when the connection opens: a reader
 -- sees the calls recorded by then.
 
@@ -61,6 +61,8 @@ FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq
 -- graph's return). Where barriers are traced (--level full) the cut never bites; at
 -- --level op a thread's compute end is its next node's start, so the cut makes the
 -- nodes of a graph tile it: per call, operator times never add up to more than the call.
+-- Cost: the whole view is one pass over ops; a query for a few graphs should name them
+-- as graph_seq = N or graph_seq IN (literal list), which SQLite pushes into the window.
 CREATE TEMP VIEW node_times AS
 WITH k AS (SELECT graph_seq, tensor, min(start_ns) AS first_start, max(compute_end_ns) AS last_compute_end,
                   max(nth) AS nth, count(*) AS parts

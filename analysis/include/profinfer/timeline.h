@@ -3,12 +3,18 @@
 // chrome://tracing. Per traced process, a track per thread with token ⊃ graph ⊃
 // operator slices (and the wait after each operator at --level full), a state track
 // per thread from the scheduler (running on CPU n / runnable / sleeping) with wakeups,
-// and counter tracks where counters were recorded.
+// and counter tracks where counters were recorded. Only the recorded llama_decode calls
+// are shown (docs/trace-store.md, call_graphs).
+//
+// Written as a stream in time order: memory stays bounded whatever the recording's
+// size (SQLite sorts each kind of event; the writer merges them).
+#include <cstdint>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <ostream>
 
 namespace profinfer {
 
-nlohmann::json timeline_json(const std::filesystem::path& db);
+// Writes the timeline of DB to OUT; returns the number of trace events written.
+int64_t write_timeline(const std::filesystem::path& db, std::ostream& out);
 
 }  // namespace profinfer

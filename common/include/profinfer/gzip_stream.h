@@ -1,0 +1,28 @@
+#pragma once
+// An output stream that gzip-compresses into another stream (zlib, gzip framing), so
+// that a large output can be written compressed as it is produced: `-o trace.json.gz`.
+#include <zlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <ostream>
+#include <streambuf>
+
+namespace profinfer {
+
+class GzipStream : public std::ostream {
+public:
+    explicit GzipStream(std::ostream& sink, int level = 6);
+    ~GzipStream() override;
+    // Flushes the compressor and writes the gzip trailer; throws on a zlib or sink error.
+    void finish();
+
+private:
+    class Buffer;
+    std::unique_ptr<Buffer> buf_;
+};
+
+// True when PATH names a gzip file (ends in .gz).
+bool is_gzip_path(const std::filesystem::path& path);
+
+}  // namespace profinfer
