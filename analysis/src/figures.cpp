@@ -1,6 +1,7 @@
 #include "profinfer/figures.h"
 
 #include <cmath>
+#include <map>
 #include <fstream>
 #include <gnuplot-iostream.h>
 #include <tuple>
@@ -107,19 +108,33 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
         } catch (const Error&) {
         }
         if (!rl.rows.empty()) {
+            // The roof of each kind of arithmetic the operators use, and the operators of
+            // that kind at their intensity.
             const auto& roof = machine->roofs.back();
-            std::vector<std::tuple<double, double, std::string>> pts;
+            std::map<std::string, std::vector<std::tuple<double, double, std::string>>> pts;
             for (const auto& r : rl.to_json())
                 if (num(r["flops_per_byte"]) > 0 && num(r["gflops"]) > 0)
-                    pts.emplace_back(num(r["flops_per_byte"]), num(r["gflops"]), gnuplot_label(r["name"].get<std::string>()));
+                    pts[r["roof_kind"]].emplace_back(num(r["flops_per_byte"]), num(r["gflops"]),
+                                                     gnuplot_label(r["name"].get<std::string>()));
             figs.push_back(p.draw("roofline", "Roofline (" + std::to_string(roof.threads) + " threads)", [&](Gnuplot& gp) {
-                gp << "set logscale xy\nset xlabel 'FLOPs per byte'\nset ylabel 'GFLOP/s'\nset xrange [0.01:1000]\n"
-                      "roof(x) = (" << roof.triad_gbs << " * x < " << roof.peak_gflops << ") ? " << roof.triad_gbs
-                   << " * x : " << roof.peak_gflops << "\n"
-                      "plot roof(x) with lines lw 2 lc rgb 'black' title 'roof', '-' using 1:2 with points pt 7 "
-                      "ps 0.8 title 'operators', '-' using 1:2:3 with labels font ',7' offset 0,0.7 notitle\n";
-                gp.send1d(pts);
-                gp.send1d(pts);
+                gp << "set logscale xy\nset xlabel 'FLOPs per byte'\nset ylabel 'GFLOP/s (G ops/s)'\nset xrange [0.01:1000]\n";
+                std::string plot = "plot ";
+                int i = 0;
+                for (const auto& [kind, v] : pts) {
+                    const double peak = roof.peak_for(kind);
+                    gp << "roof" << i << "(x) = (" << roof.triad_gbs << " * x < " << peak << ") ? " << roof.triad_gbs
+                       << " * x : " << peak << "\n";
+                    plot += std::string(i ? ", " : "") + "roof" + std::to_string(i) + "(x) with lines lw 2 dt " +
+                            std::to_string(i + 1) + " lc " + std::to_string(i + 1) + " title " + gnuplot_quote(kind + " roof") +
+                            ", '-' using 1:2 with points pt 7 ps 0.8 lc " + std::to_string(i + 1) + " title " +
+                            gnuplot_quote(kind + " operators") + ", '-' using 1:2:3 with labels font ',7' offset 0,0.7 notitle";
+                    ++i;
+                }
+                gp << plot << "\n";
+                for (const auto& [kind, v] : pts) {
+                    gp.send1d(v);
+                    gp.send1d(v);
+                }
             }));
         }
     }

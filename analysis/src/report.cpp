@@ -107,8 +107,13 @@ std::string run_section(const fs::path& db, const MachineBench* machine, const f
     if (machine) {
         o << "<h3>Roofline (" << html_escape(machine->cpu) << ")</h3>\n";
         o << "<p>Roofs: ";
-        for (const auto& r : machine->roofs)
-            o << r.threads << " threads: " << r.triad_gbs << " GB/s, " << r.peak_gflops << " GFLOP/s; ";
+        for (const auto& r : machine->roofs) {
+            o << r.threads << " threads: " << r.triad_gbs << " GB/s";
+            for (const auto& [kind, g] : r.peak_gops) o << ", " << html_escape(kind) << " " << g << " G ops/s";
+            if (r.peak_gops.empty()) o << ", f32 " << r.peak_gflops << " GFLOP/s";
+            o << "; ";
+        }
+        o << "(" << html_escape(machine->isa) << ")";
         o << "</p>\n" << html_table(roofline_table(db, *machine), 40);
     } else {
         o << "<p>No roofline: no machine benchmark (run <code>profinfer bench-machine</code>).</p>\n";

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "profinfer/error.h"
+#include "profinfer/ggml_types.h"
 
 namespace profinfer {
 
@@ -22,6 +23,22 @@ double node_flops(const Node& n) {
         {"GELU", 8},     {"SILU", 4},     {"TANH", 4}, {"SCALE", 1}, {"ADD", 1},    {"MUL", 1}};
     auto it = per_element.find(n.op);
     return elems(n.ne) * (it == per_element.end() ? 0.0 : it->second);
+}
+
+std::string compute_kind(const Node& n) {
+    if ((n.op == "MUL_MAT" || n.op == "MUL_MAT_ID") && !n.srcs.empty()) {
+        switch (n.srcs[0].type) {
+            case 0: return "f32";
+            case 1: return "f16";
+            case 30: return "bf16";
+            default:
+                // Quantised weights: the activations are quantised to 8 bits and the
+                // products are int8 dot products.
+                if (const GgmlType* t = ggml_type(uint32_t(n.srcs[0].type)); t && t->block_elems > 1) return "int8";
+                return "f32";
+        }
+    }
+    return "f32";
 }
 
 namespace {
@@ -44,7 +61,7 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
     for (int k = 0; k < kCounterSlots; ++k)
         if (double b = dram_bytes_per_event(names[k]); b > 0) dram_counters.push_back({k, b});
     struct Acc {
-        std::string name, op;
+        std::string name, op, kind;
         int count = 0, threads = 0;
         double time_s = 0, flops = 0, bytes = 0;
         double counted_bytes = 0;  // from DRAM counters, when the run has them
@@ -56,7 +73,7 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         for (const auto& n : trace.nodes(call.index)) {
             if (n.threads.empty()) continue;  // fused partner: its kernel is counted with the first node
             auto& a = by[{n.base, n.op}];
-            a.name = n.base, a.op = n.op, ++a.count;
+            a.name = n.base, a.op = n.op, a.kind = compute_kind(n), ++a.count;
             a.threads = std::max(a.threads, n.threads.front().nth);
             a.time_s += n.time_ms() / 1e3;
             a.flops += node_flops(n);
@@ -70,7 +87,7 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
     if (by.empty()) throw Error("no decode-call operator records: record with --level op or full");
     // counter_gbs: DRAM traffic measured by hardware counters (null without them).
     // flops, bytes: per node (mean over its calls), from shapes and types (node_flops, Node::bytes).
-    Table t{{"name", "op", "count", "mean_us", "flops", "bytes", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_gflops", "roof_pct",
+    Table t{{"name", "op", "count", "mean_us", "flops", "bytes", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_kind", "roof_gflops", "roof_pct",
              "verdict"},
             {}};
     std::vector<Acc> rows;
@@ -78,19 +95,20 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
     std::sort(rows.begin(), rows.end(), [](const Acc& x, const Acc& y) { return x.time_s > y.time_s; });
     for (const auto& a : rows) {
         const auto& roof = machine.at(a.threads);
+        const double peak = roof.peak_for(a.kind);
         const double intensity = a.bytes > 0 ? a.flops / a.bytes : 0;
         const double gflops = a.time_s > 0 ? a.flops / a.time_s / 1e9 : 0;
         const double gbs = a.time_s > 0 ? a.bytes / a.time_s / 1e9 : 0;
-        const double roof_gflops = std::min(roof.peak_gflops, roof.triad_gbs * intensity);
+        const double roof_gflops = std::min(peak, roof.triad_gbs * intensity);
         // Operators without arithmetic (copies, views, lookups) are judged by bandwidth alone.
         const double share = a.flops > 0 ? (roof_gflops > 0 ? gflops / roof_gflops : 0) : gbs / roof.triad_gbs;
         std::string verdict = share < kOverheadShare                          ? "overhead-dominated"
-                              : intensity < roof.peak_gflops / roof.triad_gbs ? "memory-bound"
+                              : intensity < peak / roof.triad_gbs ? "memory-bound"
                                                                                : "compute-bound";
         const nlohmann::json counter_gbs = !dram_counters.empty() && a.counted && a.time_s > 0
                                                ? nlohmann::json(a.counted_bytes / a.time_s / 1e9)
                                                : nlohmann::json(nullptr);
-        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, a.flops / a.count, a.bytes / a.count, intensity, gflops, gbs, counter_gbs, roof_gflops,
+        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, a.flops / a.count, a.bytes / a.count, intensity, gflops, gbs, counter_gbs, a.kind, roof_gflops,
                           100.0 * share, verdict});
     }
     return t;

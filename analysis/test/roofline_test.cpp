@@ -58,6 +58,17 @@ TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
     ASSERT_EQ(m.roofs.size(), 1u);
     EXPECT_GT(m.roofs[0].triad_gbs, 0.5);
     EXPECT_GT(m.roofs[0].peak_gflops, 0.5);
+    // A peak per kind of arithmetic, f32 among them, each on the widest unit it names.
+    EXPECT_EQ(m.roofs[0].peak_gops.at("f32"), m.roofs[0].peak_gflops);
+    for (const auto& [kind, g] : m.roofs[0].peak_gops) EXPECT_GT(g, 0.5) << kind;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        EXPECT_EQ(m.roofs[0].peak_gops.count("int8"), 1u);
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+        EXPECT_NE(m.isa.find("f32: avx512f"), std::string::npos) << m.isa;
+    }
+#endif
     auto s = run({profinfer_bin(), "stat", recording(), "--by", "roofline", "--machine", d / "m.json", "--format", "json"});
     ASSERT_EQ(s.status, 0) << s.err;
     auto j = nlohmann::json::parse(s.out);

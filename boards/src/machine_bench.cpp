@@ -7,6 +7,10 @@
 #include <fstream>
 #include <thread>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "profinfer/error.h"
 
 namespace profinfer {
@@ -41,22 +45,16 @@ double triad_gbs(int threads, bool quick) {
     return 24.0 * n / best / 1e9;
 }
 
-constexpr int kChains = 8;  // independent FMA chains: enough to hide the FMA latency
+constexpr int kChains = 8;  // independent chains: enough to hide the instruction latency
 
-#if defined(__x86_64__)
-typedef float v8f __attribute__((vector_size(32)));
-__attribute__((target("avx2,fma"))) double fma_avx2(long iters) {
-    v8f acc[kChains], x, y;
-    for (int k = 0; k < kChains; ++k) acc[k] = v8f{} + (1.0f + float(k));
-    x = v8f{} + 0.999999f, y = v8f{} + 1e-6f;
-    for (long i = 0; i < iters; ++i)
-        for (int k = 0; k < kChains; ++k) acc[k] = acc[k] * x + y;
-    float sink = 0;
-    for (int k = 0; k < kChains; ++k) sink += acc[k][0];
-    asm volatile("" ::"x"(sink));
-    return double(iters) * kChains * 8 * 2;
+// Each kernel runs ITERS rounds of kChains independent vector operations on registers
+// and returns the arithmetic operations done (a multiply-add counts 2, as FLOPs do).
+using Kernel = double (*)(long iters);
+
+template <class V>
+inline void keep(const V& v) {
+    asm volatile("" ::"m"(v));
 }
-#endif
 
 typedef float v4f __attribute__((vector_size(16)));
 double fma_generic(long iters) {
@@ -65,33 +63,152 @@ double fma_generic(long iters) {
     x = v4f{} + 0.999999f, y = v4f{} + 1e-6f;
     for (long i = 0; i < iters; ++i)
         for (int k = 0; k < kChains; ++k) acc[k] = acc[k] * x + y;
-    volatile float sink = 0;
-    for (int k = 0; k < kChains; ++k) sink = sink + acc[k][0];
+    keep(acc);
     return double(iters) * kChains * 4 * 2;
 }
 
-bool has_avx2_fma() {
 #if defined(__x86_64__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
+// f32: FMA on the widest vector unit.
+__attribute__((target("avx2,fma"))) double f32_avx2(long iters) {
+    __m256 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_ps(1.0f + float(k));
+    const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_fmadd_ps(acc[k], x, y);
+    keep(acc);
+    return double(iters) * kChains * 8 * 2;
+}
+__attribute__((target("avx512f"))) double f32_avx512(long iters) {
+    __m512 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(1.0f + float(k));
+    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm512_fmadd_ps(acc[k], x, y);
+    keep(acc);
+    return double(iters) * kChains * 16 * 2;
+}
+// f16 weights: llama.cpp's x86 kernels widen f16 to f32 (F16C) and FMA; one conversion
+// per FMA, as in its dot product.
+__attribute__((target("avx2,fma,f16c"))) double f16_avx2(long iters) {
+    __m256 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_ps(1.0f + float(k));
+    __m128i h = _mm_set1_epi16(0x3bff);  // 0.9995 in f16
+    const __m256 y = _mm256_set1_ps(1e-6f);
+    for (long i = 0; i < iters; ++i) {
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_fmadd_ps(acc[k], _mm256_cvtph_ps(h), y);
+        asm volatile("" : "+x"(h));
+    }
+    keep(acc);
+    return double(iters) * kChains * 8 * 2;
+}
+__attribute__((target("avx512f"))) double f16_avx512(long iters) {
+    __m512 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(1.0f + float(k));
+    __m256i h = _mm256_set1_epi16(0x3bff);
+    const __m512 y = _mm512_set1_ps(1e-6f);
+    for (long i = 0; i < iters; ++i) {
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm512_fmadd_ps(acc[k], _mm512_mask_cvtph_ps(_mm512_setzero_ps(), 0xffff, h), y);
+        asm volatile("" : "+v"(h));
+    }
+    keep(acc);
+    return double(iters) * kChains * 16 * 2;
+}
+// bf16 weights: AVX512_BF16's dot product (2 products per f32 lane) where present.
+__attribute__((target("avx512f,avx512bf16"))) double bf16_avx512(long iters) {
+    __m512 acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(1.0f + float(k));
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+    keep(acc);
+    return double(iters) * kChains * 32 * 2;
+}
+// Quantised weights (q4_0, q8_0, k-quants...): llama.cpp quantises the activations to 8
+// bits and multiplies with int8 dot products: VNNI (4 products per i32 lane) where
+// present, else AVX2's maddubs + madd.
+__attribute__((target("avx2"))) double int8_avx2(long iters) {
+    __m256i acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi32(k);
+    const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5), ones = _mm256_set1_epi16(1);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k)
+            acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+    keep(acc);
+    return double(iters) * kChains * 32 * 2;
+}
+__attribute__((target("avx2,avxvnni"))) double int8_avxvnni(long iters) {
+    __m256i acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_epi32(k);
+    const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_dpbusd_avx_epi32(acc[k], a, b);
+    keep(acc);
+    return double(iters) * kChains * 32 * 2;
+}
+__attribute__((target("avx512f,avx512vnni"))) double int8_avx512vnni(long iters) {
+    __m512i acc[kChains];
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+    for (long i = 0; i < iters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+    keep(acc);
+    return double(iters) * kChains * 64 * 2;
+}
 #endif
+
+struct ComputeRoof {
+    const char* kind;  // f32, f16, bf16, int8
+    const char* isa;
+    Kernel kernel;
+};
+
+bool cpu_has(const char* feature) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const std::string f = feature;
+    if (f == "avx512f") return __builtin_cpu_supports("avx512f");
+    if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
+    if (f == "avx512vnni") return __builtin_cpu_supports("avx512vnni");
+    if (f == "avxvnni") return __builtin_cpu_supports("avxvnni");
+    if (f == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (f == "f16c") return __builtin_cpu_supports("f16c");
+#endif
+    (void)feature;
+    return false;
 }
 
-double peak_gflops(int threads, bool quick) {
-    const long iters = quick ? 20'000'000 : 100'000'000;
-    std::vector<double> flops(threads);
+// For each kind of arithmetic llama.cpp's CPU kernels use, the widest unit this CPU has.
+std::vector<ComputeRoof> compute_roofs() {
+    std::vector<ComputeRoof> r;
+#if defined(__x86_64__)
+    const bool avx512 = cpu_has("avx512f"), avx2 = cpu_has("avx2");
+    r.push_back(avx512 ? ComputeRoof{"f32", "avx512f", f32_avx512}
+                       : avx2 ? ComputeRoof{"f32", "avx2+fma", f32_avx2} : ComputeRoof{"f32", "generic 128-bit", fma_generic});
+    if (avx512)
+        r.push_back({"f16", "avx512f (f16 widened to f32)", f16_avx512});
+    else if (avx2 && cpu_has("f16c"))
+        r.push_back({"f16", "avx2+f16c (f16 widened to f32)", f16_avx2});
+    if (avx512 && cpu_has("avx512bf16")) r.push_back({"bf16", "avx512_bf16", bf16_avx512});
+    if (avx512 && cpu_has("avx512vnni"))
+        r.push_back({"int8", "avx512_vnni", int8_avx512vnni});
+    else if (cpu_has("avxvnni"))
+        r.push_back({"int8", "avx_vnni", int8_avxvnni});
+    else if (avx2)
+        r.push_back({"int8", "avx2 maddubs", int8_avx2});
+#else
+    r.push_back({"f32", "generic 128-bit", fma_generic});
+#endif
+    return r;
+}
+
+double peak_gops(Kernel kernel, int threads, bool quick) {
+    const long iters = quick ? 10'000'000 : 50'000'000;
+    std::vector<double> ops(threads);
     double best = 0;
     for (int r = 0; r < 3; ++r) {
-        double t = on_threads(threads, [&](int i) {
-#if defined(__x86_64__)
-            flops[i] = has_avx2_fma() ? fma_avx2(iters) : fma_generic(iters);
-#else
-            flops[i] = fma_generic(iters);
-#endif
-        });
+        double t = on_threads(threads, [&](int i) { ops[i] = kernel(iters); });
         double total = 0;
-        for (double f : flops) total += f;
+        for (double f : ops) total += f;
         best = std::max(best, total / t / 1e9);
     }
     return best;
@@ -112,9 +229,20 @@ MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick
     gethostname(host, sizeof host - 1);
     m.host = host;
     m.cpu = cpu_model();
-    m.isa = has_avx2_fma() ? "avx2+fma" : "generic 128-bit";
-    for (int t : thread_counts) m.roofs.push_back({t, triad_gbs(t, quick), peak_gflops(t, quick)});
+    const auto kinds = compute_roofs();
+    for (const auto& k : kinds) m.isa += (m.isa.empty() ? "" : ", ") + std::string(k.kind) + ": " + k.isa;
+    for (int t : thread_counts) {
+        MachineRoof roof{t, triad_gbs(t, quick), 0, {}};
+        for (const auto& k : kinds) roof.peak_gops[k.kind] = peak_gops(k.kernel, t, quick);
+        roof.peak_gflops = roof.peak_gops.at("f32");
+        m.roofs.push_back(roof);
+    }
     return m;
+}
+
+double MachineRoof::peak_for(const std::string& kind) const {
+    auto it = peak_gops.find(kind);
+    return it == peak_gops.end() ? peak_gflops : it->second;
 }
 
 const MachineRoof& MachineBench::at(int threads) const {
@@ -126,9 +254,10 @@ const MachineRoof& MachineBench::at(int threads) const {
 }
 
 nlohmann::json MachineBench::to_json() const {
-    nlohmann::json j = {{"format", 1}, {"host", host}, {"cpu", cpu}, {"isa", isa}, {"roofs", nlohmann::json::array()}};
+    nlohmann::json j = {{"format", 2}, {"host", host}, {"cpu", cpu}, {"isa", isa}, {"roofs", nlohmann::json::array()}};
     for (const auto& r : roofs)
-        j["roofs"].push_back({{"threads", r.threads}, {"triad_gbs", r.triad_gbs}, {"peak_gflops_f32", r.peak_gflops}});
+        j["roofs"].push_back({{"threads", r.threads}, {"triad_gbs", r.triad_gbs}, {"peak_gflops_f32", r.peak_gflops},
+                              {"peak_gops", r.peak_gops}});
     return j;
 }
 
@@ -137,7 +266,11 @@ MachineBench MachineBench::from_json(const nlohmann::json& j) {
     m.host = j.value("host", "");
     m.cpu = j.value("cpu", "");
     m.isa = j.value("isa", "");
-    for (const auto& r : j.at("roofs")) m.roofs.push_back({r.at("threads"), r.at("triad_gbs"), r.at("peak_gflops_f32")});
+    for (const auto& r : j.at("roofs")) {
+        MachineRoof roof{r.at("threads"), r.at("triad_gbs"), r.at("peak_gflops_f32"), {}};
+        if (r.contains("peak_gops")) roof.peak_gops = r.at("peak_gops").get<std::map<std::string, double>>();  // format 2
+        m.roofs.push_back(roof);
+    }
     return m;
 }
 

@@ -30,13 +30,15 @@ WHERE g.end_ns <= c.end_ns;
 CREATE UNIQUE INDEX temp.call_graphs_seq ON call_graphs(graph_seq);
 CREATE INDEX temp.call_graphs_call ON call_graphs(call);
 
--- Node names: the base (the name without the layer suffix: ffn_out-3 → ffn_out) and the
--- layer (3; NULL when the name has no "-N" suffix). attention: the node computes
+-- Node names: the base (the name without the layer suffix: ffn_out-3 → ffn_out; "node"
+-- for the nodes llama.cpp left unnamed, which ggml calls node_<index>) and the layer (3;
+-- NULL when the name has no "-N" suffix). attention: the node computes
 -- attention scores or their product with V — the KQ and KQV MatMuls (flash attention
 -- off) or FLASH_ATTN_EXT (on).
 CREATE TEMP VIEW node_names AS
 SELECT id, graph_seq, tensor, op, name, type, ne0, ne1, ne2, ne3,
-       CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END AS base,
+       CASE WHEN name GLOB 'node_[0-9]*' AND stem = 'node_' THEN 'node'
+            WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END AS base,
        CASE WHEN suffixed THEN CAST(substr(name, length(stem) + 1) AS INTEGER) END AS layer,
        (op = 'FLASH_ATTN_EXT' OR (op IN ('MUL_MAT', 'MUL_MAT_ID') AND
         (CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END) IN ('kq', 'kqv'))) AS attention

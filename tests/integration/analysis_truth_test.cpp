@@ -176,8 +176,12 @@ TEST_P(MatMulByWeightType, FlopsAndBytesMatchAHandComputation) {
         K = st.column_int(0), M = st.column_int(1), N = st.column_int(2);
     }
     ASSERT_EQ(N, 1);  // a decode call
+    // Bandwidth no operator approaches, and a different peak per kind of arithmetic: the
+    // roof of the MatMul is the peak of its weight type's kind.
     MachineBench machine;
-    machine.roofs = {{1, 10, 10}, {64, 10, 10}};
+    const std::map<std::string, double> peaks = {{"f32", 11}, {"f16", 22}, {"bf16", 33}, {"int8", 44}};
+    machine.roofs = {{1, 1e9, 11, peaks}, {64, 1e9, 11, peaks}};
+    const std::string kind = type == "f32" || type == "f16" || type == "bf16" ? type : "int8";
     bool found = false;
     for (const auto& row : roofline_table(d / "run.db", machine).to_json()) {
         if (row["name"] != "ffn_up" || row["op"] != "MUL_MAT") continue;
@@ -187,6 +191,8 @@ TEST_P(MatMulByWeightType, FlopsAndBytesMatchAHandComputation) {
         EXPECT_DOUBLE_EQ(row["flops"].get<double>(), flops) << row.dump();
         EXPECT_DOUBLE_EQ(row["bytes"].get<double>(), bytes) << row.dump();
         EXPECT_NEAR(row["flops_per_byte"].get<double>(), flops / bytes, 1e-12) << row.dump();
+        EXPECT_EQ(row["roof_kind"], kind) << row.dump();
+        EXPECT_DOUBLE_EQ(row["roof_gflops"].get<double>(), peaks.at(kind)) << row.dump();
     }
     EXPECT_TRUE(found);
 }

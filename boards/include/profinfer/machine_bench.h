@@ -1,8 +1,11 @@
 #pragma once
 // What this machine can sustain, for the roofline: STREAM-like triad bandwidth and the
-// peak f32 FMA rate, at each thread count.
+// peak arithmetic rate of each kind llama.cpp's CPU kernels use (f32 and f16 FMA, bf16
+// dot products, int8 dot products for quantised weights) on the widest vector unit
+// present, at each thread count.
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,11 @@ struct MachineRoof {
     int threads = 1;
     double triad_gbs = 0;    // a = b + s*c, 24 bytes per element, best of the repetitions
     double peak_gflops = 0;  // f32 fused multiply-add, all lanes of the widest vector unit used
+    // kind (f32, f16, bf16, int8) → G operations/s, a multiply-add counting 2; kinds the
+    // CPU has no unit for are absent.
+    std::map<std::string, double> peak_gops;
+    // The peak for KIND, or the f32 peak where the kind was not measured.
+    double peak_for(const std::string& kind) const;
 };
 
 struct MachineBench {
