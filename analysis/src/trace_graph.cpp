@@ -97,7 +97,7 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
     {
         store::Statement st(db_.handle(),
                             ("SELECT graph_seq, tensor, fused_tensor, ith, nth, tid, start_ns, compute_end_ns, end_ns, "
-                             "start_cpu, end_cpu, c0, c1, c2, c3, c4, c5 FROM ops WHERE graph_seq IN " + graphs).c_str());
+                             "start_cpu, end_cpu, " + store::counter_columns() + " FROM ops WHERE graph_seq IN " + graphs).c_str());
         while (st.step()) {
             auto it = index.find({st.column_int(0), uint64_t(st.column_int(1))});
             if (it == index.end()) continue;  // node record lost

@@ -53,7 +53,7 @@ CREATE TEMP VIEW thread_parts AS
 SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.name, n.base, n.layer, n.attention,
        o.tid, o.ith, o.nth, o.start_cpu, o.end_cpu, o.start_ns, o.compute_end_ns, o.end_ns,
        o.compute_end_ns - o.start_ns AS compute_ns, o.end_ns - o.compute_end_ns AS wait_ns, o.barriers,
-       o.c0, o.c1, o.c2, o.c3, o.c4, o.c5
+       o.c0, o.c1, o.c2, o.c3, o.c4, o.c5  -- every counter column (store.h: kCounterSlots)
 FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq
      JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor;
 

@@ -18,6 +18,12 @@ const char kDerivedViews[] =
     ;
 }
 
+std::string counter_columns(const std::string& prefix) {
+    std::string cols;
+    for (int c = 0; c < kCounterSlots; ++c) cols += (c ? ", " : "") + prefix + "c" + std::to_string(c);
+    return cols;
+}
+
 const char* to_string(RunStatus s) {
     switch (s) {
         case RunStatus::Running: return "running";
@@ -145,6 +151,8 @@ void Database::initialise(Mode mode) {
         exec("PRAGMA synchronous = NORMAL");
         exec("BEGIN");
         exec(kSchema);
+        if (scalar("SELECT count(*) FROM pragma_table_info('ops') WHERE name GLOB 'c[0-9]*'") != kCounterSlots)
+            throw Error("schema.sql and kCounterSlots disagree on the number of counter columns");
         exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
         exec("COMMIT");
     } else {

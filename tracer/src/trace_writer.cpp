@@ -16,9 +16,9 @@ struct TraceWriter::Statements {
           graph(db,
                 "INSERT INTO graphs(seq, pid, tid, start_ns, end_ns, api, cgraph, backend, backend_guid, backend_name, "
                 "n_nodes) VALUES (?,?,?,?,?,?,?,?,?,?,?)"),
-          op(db,
-             "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
-             "fused_tensor, barriers, c0, c1, c2, c3, c4, c5) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+          op(db, ("INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
+                  "fused_tensor, barriers, " + store::counter_columns() + ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?" +
+                  [] { std::string q; for (int c = 0; c < store::kCounterSlots; ++c) q += ",?"; return q; }() + ")").c_str()),
           node(db,
                "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags, view_src) "
                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),

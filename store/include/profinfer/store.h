@@ -21,6 +21,8 @@ constexpr int kOldestReadableSchema = 2;
 // Counter slots per operator record: columns c0 .. c5 of ops (events.h checks its own
 // count against this).
 constexpr int kCounterSlots = 6;
+// "PREFIXc0, PREFIXc1, ...": the counter columns, for SQL that reads or writes them all.
+std::string counter_columns(const std::string& prefix = "");
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
 constexpr int kEventsVersion = 4;
