@@ -13,8 +13,8 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
     auto machine = std::make_shared<std::string>("machine.json");
     auto* cmd = app.add_subcommand("stat", "ProfStat: statistics per op type, operator, call, thread or expert");
     cmd->footer(
-        "op-type/op: critical-path time (first thread start to last thread compute end) and share;\n"
-        "token: per llama_decode call, MatMul and KQ/KQV time; thread: compute vs wait per op type and\n"
+        "op-type/op: operator time (view node_times, docs/trace-store.md) and share;\n"
+        "token: per llama_decode call, MatMul and attention time; thread: compute vs wait per op type and\n"
         "thread index (wait needs --level full); expert: MoE activations and reuse distance (--level full);\n"
         "roofline: intensity, achieved vs this machine's roof (--machine, from profinfer bench-machine) and\n"
         "a verdict per operator: memory-bound, compute-bound or overhead-dominated.");

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <map>
 #include <fstream>
-#include <gnuplot-iostream.h>
 #include <tuple>
 
 #include "profinfer/error.h"
+#include "profinfer/plotter.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
 #include "profinfer/roofline.h"
@@ -19,36 +19,6 @@ namespace profinfer {
 namespace {
 
 double num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; }
-
-// Renders SCRIPT (gnuplot commands after the terminal/output lines) with DATA blocks
-// as PNG and SVG.
-class Plotter {
-public:
-    explicit Plotter(fs::path dir) : dir_(std::move(dir)) { fs::create_directories(dir_); }
-
-    template <class Body>
-    Figure draw(const std::string& id, const std::string& title, Body body) {
-        Figure f{id, title, dir_ / (id + ".png"), dir_ / (id + ".svg")};
-        for (auto [term, out] : {std::pair{"pngcairo size 900,500 font 'DejaVu Sans,10'", f.png},
-                                 std::pair{"svg size 900,500 dynamic font 'DejaVu Sans,10'", f.svg}}) {
-            PipedProcess gnuplot({"gnuplot"});
-            {
-                Gnuplot gp(gnuplot.release_input());  // closing it ends gnuplot's script
-                gp << "set terminal " << term << "\n";
-                gp << "set output " << gnuplot_quote(out.string()) << "\n";
-                gp << "set termoption noenhanced\nset title " << gnuplot_quote(title) << "\nset grid\nset key outside right top\n";
-                body(gp);
-                gp << "unset output\n";
-            }
-            if (int st = gnuplot.wait(); st != 0)
-                throw Error("gnuplot failed to draw " + out.string() + " (exit status " + std::to_string(st) + ")");
-        }
-        return f;
-    }
-
-private:
-    fs::path dir_;
-};
 
 }  // namespace
 

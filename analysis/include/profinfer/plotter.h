@@ -1,0 +1,46 @@
+#pragma once
+// Figures drawn with gnuplot through gnuplot-iostream, PNG and SVG side by side: the one
+// drawing helper of the recording figures and the experiment figures.
+#include <filesystem>
+#include <gnuplot-iostream.h>
+#include <string>
+
+#include "profinfer/error.h"
+#include "profinfer/figures.h"
+#include "profinfer/subprocess.h"
+#include "profinfer/text_escape.h"
+
+namespace profinfer {
+
+// Renders SCRIPT (gnuplot commands after the terminal/output lines) with DATA blocks
+// as PNG and SVG.
+class Plotter {
+public:
+    explicit Plotter(std::filesystem::path dir) : dir_(std::move(dir)) { std::filesystem::create_directories(dir_); }
+
+    template <class Body>
+    Figure draw(const std::string& id, const std::string& title, Body body) {
+        Figure f{id, title, dir_ / (id + ".png"), dir_ / (id + ".svg")};
+        for (auto [term, out] : {std::pair{"pngcairo size 900,500 font 'DejaVu Sans,10'", f.png},
+                                 std::pair{"svg size 900,500 dynamic font 'DejaVu Sans,10'", f.svg}}) {
+            PipedProcess gnuplot({"gnuplot"});
+            {
+                Gnuplot gp(gnuplot.release_input());  // closing it ends gnuplot's script
+                gp << "set terminal " << term << "\n";
+                gp << "set output " << gnuplot_quote(out.string()) << "\n";
+                gp << "set termoption noenhanced\nset title " << gnuplot_quote(title) << "\nset grid\nset key outside right top\n";
+                body(gp);
+                gp << "unset output\n";
+            }
+            if (int st = gnuplot.wait(); st != 0)
+                throw Error("gnuplot failed to draw " + out.string() + " (exit status " + std::to_string(st) + ")");
+        }
+        return f;
+    }
+
+private:
+    std::filesystem::path dir_;
+};
+
+
+}  // namespace profinfer

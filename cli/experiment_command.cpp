@@ -1,0 +1,67 @@
+#include <unistd.h>
+
+#include <iostream>
+
+#include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "subcommands.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer::cli {
+
+void add_experiment(CLI::App& app, std::function<int()>& action) {
+    auto* cmd = app.add_subcommand("experiment", "The experiment harness: run one study's sweep, resumably (docs/experiments.md)");
+    cmd->require_subcommand(1);
+    auto spec = std::make_shared<std::string>();
+    auto board = std::make_shared<std::string>("host");
+    auto out = std::make_shared<std::string>();
+    auto quick = std::make_shared<bool>(false);
+    auto dry = std::make_shared<bool>(false);
+    auto* run = cmd->add_subcommand("run", "Record every point of SPEC (experiments/specs/*.toml) that is not done yet, "
+                                           "then write its table and figures");
+    run->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
+    run->add_option("--board", *board, "Board the results are for; only this machine (host) can run")->capture_default_str();
+    run->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
+    run->add_flag("--quick", *quick, "The spec's quick sweep; points this machine cannot run are skipped with the reason");
+    run->add_flag("--dry-run", *dry, "Print the points and their commands; run nothing (any board)");
+    run->callback([&action, spec, board, out, quick, dry] {
+        action = [spec, board, out, quick, dry] {
+            const auto s = ExperimentSpec::load(*spec);
+            RunOptions opt;
+            char self[4096] = {};
+            if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) throw Error("cannot find the profinfer binary");
+            opt.profinfer = self;
+            opt.board = *board;
+            opt.quick = *quick;
+            opt.dry_run = *dry;
+            opt.out_dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
+            if (*board != "host" && !*dry)
+                throw Error("board '" + *board + "' is not this machine (this is 'host'); run it on the board, or add "
+                            "--dry-run to see its plan");
+            auto rep = run_experiment(s, opt);
+            if (*dry) return 0;
+            std::cerr << "profinfer: " << s.name << ": " << rep.done << " recorded, " << rep.already_done
+                      << " already done, " << rep.skipped << " skipped, " << rep.failed << " failed of " << rep.points
+                      << " points\n";
+            if (rep.done + rep.already_done > 0) {
+                for (const auto& f : summarise_experiment(s, opt.out_dir)) std::cerr << "  " << f.string() << "\n";
+            }
+            return rep.failed > 0 ? 1 : 0;
+        };
+    });
+    auto* sum = cmd->add_subcommand("summarise", "Write the table and figures of an experiment from what it has recorded");
+    sum->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
+    sum->add_option("--board", *board, "Board the results are for")->capture_default_str();
+    sum->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
+    sum->callback([&action, spec, board, out] {
+        action = [spec, board, out] {
+            const auto s = ExperimentSpec::load(*spec);
+            const fs::path dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
+            for (const auto& f : summarise_experiment(s, dir)) std::cout << f.string() << "\n";
+            return 0;
+        };
+    });
+}
+
+}  // namespace profinfer::cli

@@ -1,0 +1,225 @@
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+
+#include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "profinfer/llama_install.h"
+#include "profinfer/store.h"
+#include "profinfer/subprocess.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+namespace {
+
+fs::path cache_dir() {
+    if (const char* c = std::getenv("PROFINFER_CACHE"); c && *c) return c;
+    const char* home = std::getenv("HOME");
+    return fs::path(home ? home : "/tmp") / ".cache" / "profinfer";
+}
+
+// The llama.cpp build that provides a backend.
+std::string flavour_of(const std::string& backend) {
+    if (backend == "cpu") return "debug";
+    if (backend == "blis") return "blis";
+    return "";
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string duration_text(double s) {
+    char b[32];
+    if (s < 90)
+        std::snprintf(b, sizeof b, "%.0f s", s);
+    else
+        std::snprintf(b, sizeof b, "%dm%02ds", int(s) / 60, int(s) % 60);
+    return b;
+}
+
+// The experiment's index: one row per point, kept across runs so that a second run
+// resumes where the first stopped.
+class Index {
+public:
+    explicit Index(const fs::path& path) : path_(path) {
+        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr) !=
+            SQLITE_OK) {
+            std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+            sqlite3_close(db_);
+            throw Error("cannot open experiment index " + path.string() + ": " + msg);
+        }
+        sqlite3_busy_timeout(db_, 2000);
+        exec("CREATE TABLE IF NOT EXISTS experiment (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS points (id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT NOT NULL, "
+             "status TEXT NOT NULL, db TEXT, command TEXT, reason TEXT, started_at REAL, ended_at REAL, seconds REAL, "
+             "bench TEXT)");
+    }
+    ~Index() { sqlite3_close(db_); }
+    Index(const Index&) = delete;
+    Index& operator=(const Index&) = delete;
+
+    void exec(const std::string& sql) {
+        char* err = nullptr;
+        if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+            std::string msg = err ? err : "?";
+            sqlite3_free(err);
+            throw Error("experiment index " + path_.string() + ": " + msg);
+        }
+    }
+    void set(const std::string& key, const std::string& value) {
+        store::Statement st(db_, "INSERT OR REPLACE INTO experiment(key, value) VALUES (?, ?)");
+        st.bind(1, key).bind(2, value).run();
+    }
+    std::string status(const SweepPoint& p) {
+        store::Statement st(db_, "SELECT status FROM points WHERE id = ?");
+        st.bind(1, p.id());
+        return st.step() ? st.column_text(0) : "";
+    }
+    void put(const SweepPoint& p, const std::string& status, const std::string& db, const std::string& command,
+             const std::string& reason, double started, double ended, const std::string& bench) {
+        store::Statement st(db_,
+                            "INSERT OR REPLACE INTO points(id, key, params, status, db, command, reason, started_at, ended_at, "
+                            "seconds, bench) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+        st.bind(1, p.id()).bind(2, p.key()).bind(3, nlohmann::json(p.params).dump()).bind(4, status).bind(5, db);
+        st.bind(6, command).bind(7, reason).bind(8, started).bind(9, ended).bind(10, ended - started).bind(11, bench).run();
+    }
+    // Mean seconds of the points done so far (for the ETA); 0 when none.
+    double mean_seconds() {
+        store::Statement st(db_, "SELECT coalesce(avg(seconds), 0) FROM points WHERE status = 'done'");
+        return st.step() ? st.column_double(0) : 0;
+    }
+
+private:
+    fs::path path_;
+    sqlite3* db_ = nullptr;
+};
+
+std::string joined(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+}  // namespace
+
+std::string missing_for(const SweepPoint& p) {
+    const std::string backend = p.at("backend");
+    const std::string flavour = flavour_of(backend);
+    if (flavour.empty())
+        return "backend '" + backend + "' is not provided by this version of profinfer's scripts (cpu and blis are)";
+    try {
+        LlamaInstall::locate(flavour, false).program("llama-bench");
+    } catch (const Error& e) {
+        return "backend '" + backend + "' needs the '" + flavour + "' llama.cpp build: " + e.what() +
+               " (scripts/llama.sh ensure " + flavour + ")";
+    }
+    return "";
+}
+
+fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::path& profinfer, bool create) {
+    const fs::path dir = cache_dir() / "models";
+    const fs::path model = dir / (p.at("model") + "-" + p.at("type") + (scale == "full" ? "" : "-" + scale) + ".gguf");
+    if (!create || fs::exists(model)) return model;
+    fs::create_directories(dir);
+    const fs::path tmp = model.string() + ".tmp" + std::to_string(getpid());
+    std::cerr << "profinfer: synthesising " << model.filename().string() << " (" << scale << " scale, random weights)\n";
+    auto r = run_process({profinfer.string(), "model", "synth", "--card", p.at("model"), "--type", p.at("type"), "--scale",
+                          scale, "-o", tmp.string()});
+    if (r.status != 0) {
+        fs::remove(tmp);
+        throw Error("cannot synthesise " + model.string() + ": " + r.err);
+    }
+    fs::rename(tmp, model);
+    return model;
+}
+
+std::vector<std::string> point_command(const SweepPoint& p, const fs::path& model) {
+    const auto install = LlamaInstall::locate(flavour_of(p.at("backend")), false);
+    return {install.program("llama-bench").string(), "-m", model.string(), "-t", p.at("threads"), "-p", p.at("prompt"),
+            "-n", p.at("gen"), "-d", p.at("ctx"), "-r", p.at("reps"), "-fa", p.at("fa"), "-ngl", p.at("ngl"), "-o", "json"};
+}
+
+RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
+    const auto points = spec.points(opt.quick);
+    RunReport rep;
+    rep.points = int(points.size());
+    // Refuse (or, quick, skip) what this machine cannot run, before running anything.
+    std::map<std::string, std::string> missing;
+    for (const auto& p : points)
+        if (auto why = missing_for(p); !why.empty()) missing[p.id()] = why;
+    if (!missing.empty() && !opt.quick && !opt.dry_run)
+        throw Error(spec.name + ": " + std::to_string(missing.size()) + " of " + std::to_string(points.size()) +
+                    " points cannot run here: " + missing.begin()->second + " (--quick skips them)");
+    if (opt.dry_run) {
+        std::cout << spec.name << ": " << spec.title << (spec.paper.empty() ? "" : " (" + spec.paper + ")") << "\n"
+                  << points.size() << " points at --level " << spec.level << (opt.quick ? " (quick)" : "") << " → "
+                  << (opt.out_dir / "index.db").string() << "\n";
+        for (const auto& p : points) {
+            std::cout << "  " << p.key();
+            if (missing.count(p.id()))
+                std::cout << "\n    skipped: " << missing[p.id()];
+            else
+                std::cout << "\n    " << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)));
+            std::cout << "\n";
+        }
+        return rep;
+    }
+    fs::create_directories(opt.out_dir / "points");
+    Index index(opt.out_dir / "index.db");
+    index.set("name", spec.name);
+    index.set("title", spec.title);
+    index.set("paper", spec.paper);
+    index.set("level", spec.level);
+    index.set("board", opt.board);
+    index.set("quick", opt.quick ? "1" : "0");
+    int k = 0;
+    for (const auto& p : points) {
+        ++k;
+        const std::string head = "[" + std::to_string(k) + "/" + std::to_string(points.size()) + "] " + p.key();
+        if (index.status(p) == "done") {
+            ++rep.already_done;
+            continue;
+        }
+        if (auto it = missing.find(p.id()); it != missing.end()) {
+            index.put(p, "skipped", "", "", it->second, now_s(), now_s(), "");
+            std::cerr << head << ": skipped: " << it->second << "\n";
+            ++rep.skipped;
+            continue;
+        }
+        const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
+        const auto command = point_command(p, model);
+        const fs::path db = opt.out_dir / "points" / (p.id() + ".db");
+        for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
+        std::vector<std::string> argv{opt.profinfer.string(), "record", "--level", spec.level, "--board", opt.board, "-o",
+                                      db.string(), "--"};
+        argv.insert(argv.end(), command.begin(), command.end());
+        const int remaining = int(points.size()) - k + 1;
+        const double mean = index.mean_seconds();
+        std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * remaining) + ")" : "") << " …\n";
+        const double started = now_s();
+        index.put(p, "running", db.string(), joined(command), "", started, started, "");
+        auto r = run_process(argv);
+        const double ended = now_s();
+        if (r.status == 0) {
+            index.put(p, "done", db.string(), joined(command), "", started, ended, r.out);
+            ++rep.done;
+            std::cerr << "    done in " << duration_text(ended - started) << "\n";
+        } else {
+            std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
+            while (!why.empty() && why.back() == '\n') why.pop_back();
+            if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
+            index.put(p, "failed", db.string(), joined(command), why, started, ended, r.out);
+            ++rep.failed;
+            std::cerr << "    failed: " << why << "\n";
+        }
+    }
+    return rep;
+}
+
+}  // namespace profinfer

@@ -1,0 +1,126 @@
+#include <toml++/toml.h>
+
+#include <cstdio>
+
+#include "profinfer/error.h"
+#include "profinfer/experiment.h"
+
+namespace profinfer {
+
+namespace {
+
+// Every parameter a point has, and its value when the spec does not sweep it.
+const std::vector<std::pair<std::string, std::string>> kParameters = {
+    {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
+    {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"}};
+
+std::string as_text(const toml::node& n) {
+    if (auto s = n.value<std::string>()) return *s;
+    if (auto i = n.value<int64_t>()) return std::to_string(*i);
+    if (auto b = n.value<bool>()) return *b ? "on" : "off";
+    throw Error("a sweep value must be a string, an integer or a boolean");
+}
+
+std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t, const std::string& where) {
+    std::map<std::string, std::vector<std::string>> out;
+    if (!t) return out;
+    for (const auto& [k, v] : *t) {
+        const std::string key(k.str());
+        bool known = false;
+        for (const auto& [name, def] : kParameters) known |= name == key;
+        if (!known) {
+            std::string names;
+            for (const auto& [name, def] : kParameters) names += (names.empty() ? "" : ", ") + name;
+            throw Error(where + ": unknown parameter '" + key + "' (parameters: " + names + ")");
+        }
+        std::vector<std::string> values;
+        if (const auto* a = v.as_array()) {
+            for (const auto& e : *a) values.push_back(as_text(e));
+        } else {
+            values.push_back(as_text(v));
+        }
+        if (values.empty()) throw Error(where + ": parameter '" + key + "' has no values");
+        out[key] = values;
+    }
+    return out;
+}
+
+}  // namespace
+
+const std::string& SweepPoint::at(const std::string& name) const {
+    auto it = params.find(name);
+    if (it == params.end()) throw Error("sweep point has no parameter '" + name + "'");
+    return it->second;
+}
+
+std::string SweepPoint::key() const {
+    std::string k;
+    for (const auto& [name, value] : params) k += (k.empty() ? "" : ",") + name + "=" + value;
+    return k;
+}
+
+std::string SweepPoint::id() const {
+    // Readable where it matters, unique through a hash of the whole key.
+    uint64_t fnv = 1469598103934665603ull;  // FNV-1a: the same on every machine and build
+    for (unsigned char c : key()) fnv = (fnv ^ c) * 1099511628211ull;
+    char h[17];
+    std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(fnv));
+    return at("model") + "-" + at("type") + "-" + at("backend") + "-t" + at("threads") + "-" + std::string(h).substr(0, 8);
+}
+
+ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
+    toml::table t;
+    try {
+        t = toml::parse_file(file.string());
+    } catch (const toml::parse_error& e) {
+        throw Error(file.string() + ": " + std::string(e.description()) + " (line " +
+                    std::to_string(e.source().begin.line) + ")");
+    } catch (const std::exception&) {
+        throw Error("cannot read experiment spec " + file.string());
+    }
+    ExperimentSpec s;
+    s.name = t["name"].value_or(file.stem().string());
+    s.title = t["title"].value_or(s.name);
+    s.paper = t["paper"].value_or(std::string());
+    s.level = t["level"].value_or(std::string("op"));
+    if (s.level != "token" && s.level != "graph" && s.level != "op" && s.level != "full")
+        throw Error(file.string() + ": level is token, graph, op or full, not '" + s.level + "'");
+    s.scale = t["scale"].value_or(std::string("full"));
+    s.sweep = read_sweep(t["sweep"].as_table(), file.string() + " [sweep]");
+    s.quick_sweep = read_sweep(t["quick"].as_table(), file.string() + " [quick]");
+    if (const auto* f = t["figure"].as_table()) {
+        s.x = (*f)["x"].value_or(std::string());
+        s.series = (*f)["series"].value_or(std::string());
+        if (const auto* m = (*f)["metrics"].as_array())
+            for (const auto& e : *m) s.metrics.push_back(e.value_or(std::string()));
+    }
+    if (const auto* n = t["notes"].as_array())
+        for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));
+    if (s.x.empty() || s.metrics.empty()) throw Error(file.string() + ": [figure] needs x and metrics");
+    return s;
+}
+
+std::vector<SweepPoint> ExperimentSpec::points(bool quick) const {
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+    for (const auto& [name, def] : kParameters) {
+        std::vector<std::string> values{def};
+        if (auto it = sweep.find(name); it != sweep.end()) values = it->second;
+        if (quick)
+            if (auto it = quick_sweep.find(name); it != quick_sweep.end()) values = it->second;
+        axes.push_back({name, values});
+    }
+    std::vector<SweepPoint> out{SweepPoint{}};
+    for (const auto& [name, values] : axes) {
+        std::vector<SweepPoint> next;
+        for (const auto& p : out)
+            for (const auto& v : values) {
+                SweepPoint q = p;
+                q.params[name] = v;
+                next.push_back(q);
+            }
+        out = std::move(next);
+    }
+    return out;
+}
+
+}  // namespace profinfer

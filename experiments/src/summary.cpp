@@ -1,0 +1,204 @@
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "profinfer/output_file.h"
+#include "profinfer/plotter.h"
+#include "profinfer/stats.h"
+#include "profinfer/store.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+namespace {
+
+double median(std::vector<double> v) {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+bool numeric(const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789.-") == std::string::npos;
+}
+
+}  // namespace
+
+nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    nlohmann::json m;
+    {
+        std::vector<double> tpot;
+        store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
+        while (st.step()) tpot.push_back(st.column_int(0) / 1e6);
+        const double med = median(tpot);
+        m["decode_calls"] = tpot.size();
+        m["decode_tps"] = number_or_null(1000.0 / med);  // from the median time per decode call
+    }
+    {
+        store::Statement st(db.handle(), "SELECT sum(n_tokens), sum(dur_ns) FROM calls WHERE phase = 'prefill'");
+        st.step();
+        m["prefill_tps"] = st.column_is_null(0) ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(st.column_double(0) * 1e9 / st.column_double(1));
+    }
+    {
+        // Operator time of the decode calls (view node_times), and its MatMul and attention shares.
+        store::Statement st(db.handle(),
+                            "SELECT sum(dur_ns), sum(CASE WHEN op IN ('MUL_MAT', 'MUL_MAT_ID') THEN dur_ns ELSE 0 END), "
+                            "sum(CASE WHEN attention THEN dur_ns ELSE 0 END), count(DISTINCT call) FROM node_times "
+                            "WHERE phase = 'decode'");
+        st.step();
+        const double op = st.column_double(0);
+        const int64_t calls = st.column_int(3);
+        m["op_ms_per_token"] = calls ? nlohmann::json(op / 1e6 / double(calls)) : nlohmann::json(nullptr);
+        m["mul_mat_share_pct"] = op > 0 ? nlohmann::json(100.0 * st.column_double(1) / op) : nlohmann::json(nullptr);
+        m["attention_share_pct"] = op > 0 ? nlohmann::json(100.0 * st.column_double(2) / op) : nlohmann::json(nullptr);
+    }
+    {
+        store::Statement st(db.handle(),
+                            "SELECT sum(wait_ns), sum(compute_ns + wait_ns), max(barriers) FROM thread_parts WHERE phase = 'decode'");
+        st.step();
+        // Wait is only measured where barriers were traced (--level full).
+        m["wait_share_pct"] = st.column_int(2) > 0 && st.column_double(1) > 0
+                                  ? nlohmann::json(100.0 * st.column_double(0) / st.column_double(1))
+                                  : nlohmann::json(nullptr);
+    }
+    // llama-bench's own measurement of the same run: a JSON array, one object per test.
+    m["bench_pp_tps"] = nullptr;
+    m["bench_tg_tps"] = nullptr;
+    try {
+        const auto b = nlohmann::json::parse(bench_json.empty() ? "[]" : bench_json);
+        for (const auto& t : b) {
+            if (t.value("n_gen", 0) > 0) m["bench_tg_tps"] = t.value("avg_ts", 0.0);
+            else if (t.value("n_prompt", 0) > 0) m["bench_pp_tps"] = t.value("avg_ts", 0.0);
+        }
+    } catch (const nlohmann::json::exception&) {
+    }
+    return m;
+}
+
+std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir) {
+    struct Row {
+        std::map<std::string, std::string> params;
+        nlohmann::json metrics;
+    };
+    std::vector<Row> rows;
+    {
+        sqlite3* h = nullptr;
+        const fs::path index = out_dir / "index.db";
+        if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
+        if (sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+            sqlite3_close(h);
+            throw Error("cannot open " + index.string());
+        }
+        try {
+            store::Statement st(h, "SELECT params, db, bench FROM points WHERE status = 'done' ORDER BY rowid");
+            while (st.step())
+                rows.push_back({nlohmann::json::parse(st.column_text(0)).get<std::map<std::string, std::string>>(),
+                                point_metrics(st.column_text(1), st.column_text(2))});
+        } catch (...) {
+            sqlite3_close(h);
+            throw;
+        }
+        sqlite3_close(h);
+    }
+    if (rows.empty()) throw Error(spec.name + ": no point is done yet");
+    // Columns: the parameters that vary, then every metric.
+    std::vector<std::string> varying;
+    for (const auto& [name, value] : rows.front().params) {
+        std::set<std::string> values;
+        for (const auto& r : rows) values.insert(r.params.at(name));
+        if (values.size() > 1 || name == spec.x || name == spec.series) varying.push_back(name);
+    }
+    Table t;
+    t.columns = varying;
+    const std::vector<std::string> metric_names = {"decode_tps",        "prefill_tps",         "bench_tg_tps",
+                                                   "bench_pp_tps",      "op_ms_per_token",     "mul_mat_share_pct",
+                                                   "attention_share_pct", "wait_share_pct"};
+    for (const auto& m : metric_names) t.columns.push_back(m);
+    for (const auto& r : rows) {
+        std::vector<nlohmann::json> cells;
+        for (const auto& v : varying) cells.push_back(numeric(r.params.at(v)) ? nlohmann::json(std::stod(r.params.at(v)))
+                                                                               : nlohmann::json(r.params.at(v)));
+        for (const auto& m : metric_names) cells.push_back(r.metrics.value(m, nlohmann::json(nullptr)));
+        t.rows.push_back(cells);
+    }
+    std::vector<fs::path> written;
+    OutputFile::write(out_dir / "table.csv", t.to_csv());
+    written.push_back(out_dir / "table.csv");
+    {
+        std::ostringstream md;
+        md << "# " << spec.title << "\n\n";
+        if (!spec.paper.empty()) md << "Reproduces: " << spec.paper << ". ";
+        md << "Tracer level: `" << spec.level << "`. Points: " << rows.size() << ".\n\n";
+        for (const auto& n : spec.notes) md << "- " << n << "\n";
+        md << "\n| " ;
+        for (const auto& c : t.columns) md << c << " | ";
+        md << "\n|";
+        for (size_t i = 0; i < t.columns.size(); ++i) md << "---|";
+        md << "\n";
+        for (const auto& r : t.to_json()) {
+            md << "| ";
+            for (const auto& c : t.columns) {
+                const auto& v = r[c];
+                if (v.is_number_float()) {
+                    char b[32];
+                    std::snprintf(b, sizeof b, "%.3g", v.get<double>());
+                    md << b;
+                } else {
+                    md << (v.is_null() ? "–" : v.is_string() ? v.get<std::string>() : v.dump());
+                }
+                md << " | ";
+            }
+            md << "\n";
+        }
+        OutputFile::write(out_dir / "table.md", md.str());
+        written.push_back(out_dir / "table.md");
+    }
+    // A figure per metric: x against the metric, a line per series value.
+    Plotter plot(out_dir);
+    std::vector<std::string> xs;
+    for (const auto& r : rows)
+        if (std::find(xs.begin(), xs.end(), r.params.at(spec.x)) == xs.end()) xs.push_back(r.params.at(spec.x));
+    const bool x_numeric = std::all_of(xs.begin(), xs.end(), numeric);
+    if (x_numeric) std::sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return std::stod(a) < std::stod(b); });
+    for (const auto& metric : spec.metrics) {
+        std::map<std::string, std::vector<std::tuple<double, double, std::string>>> series;
+        for (const auto& r : rows) {
+            const auto v = r.metrics.value(metric, nlohmann::json(nullptr));
+            if (!v.is_number()) continue;
+            const std::string& x = r.params.at(spec.x);
+            const double pos = x_numeric ? std::stod(x) : double(std::find(xs.begin(), xs.end(), x) - xs.begin());
+            series[spec.series.empty() ? metric : spec.series + "=" + r.params.at(spec.series)].emplace_back(
+                pos, v.get<double>(), gnuplot_label(x));
+        }
+        if (series.empty()) continue;
+        auto f = plot.draw(spec.name + "-" + metric, spec.title + ": " + metric, [&](Gnuplot& gp) {
+            gp << "set xlabel " << gnuplot_quote(spec.x) << "\nset ylabel " << gnuplot_quote(metric) << "\nset yrange [0:*]\n";
+            if (!x_numeric) gp << "set xrange [-0.5:" << xs.size() - 0.5 << "]\n";
+            std::string cmd = "plot ";
+            int i = 0;
+            for (auto& [name, pts] : series) {
+                std::sort(pts.begin(), pts.end());
+                cmd += std::string(i++ ? ", " : "") + "'-' using 1:2" + (x_numeric ? "" : ":xtic(3)") +
+                       " with linespoints lw 2 pt 7 title " + gnuplot_quote(name);
+            }
+            gp << cmd << "\n";
+            for (const auto& [name, pts] : series) gp.send1d(pts);
+        });
+        written.push_back(f.png);
+        written.push_back(f.svg);
+    }
+    return written;
+}
+
+}  // namespace profinfer
