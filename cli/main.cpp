@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     profinfer::cli::add_bench_machine(app, action);
     profinfer::cli::add_report(app, action);
     profinfer::cli::add_model(app, action);
+    profinfer::cli::add_diff(app, action);
     profinfer::cli::add_experiment(app, action);
 
     // A reader that goes away (gnuplot, dot, `| head`) is an error to report, not a signal to die of.

@@ -15,6 +15,7 @@ packages=(
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
+if [[ "${1:-}" == "--with-openblas" ]]; then packages+=(libopenblas-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@
 #
 # FLAVOUR: debug    RelWithDebInfo build of the bundled source, shared libs, CPU backend
 #          blis     as debug, plus GGML_BLAS with Debian's BLIS (prefill experiments)
+#          openblas as debug, plus GGML_BLAS with Debian's OpenBLAS
 #          release  the stock release libraries of @node-llama-cpp/linux-x64 (no DWARF)
 #
 # Each flavour directory carries manifest.json; the C++ side (profinfer::LlamaInstall)
@@ -75,6 +76,10 @@ build_flavour() { # flavour
     "$(dirname "$0")/install-deps.sh" --with-blis   # Debian's libblis-dev: BLAS vendor FLAME
     extra=(-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=FLAME)
   fi
+  if [[ $flavour == openblas ]]; then
+    "$(dirname "$0")/install-deps.sh" --with-openblas   # Debian's libopenblas-dev
+    extra=(-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS)
+  fi
   ensure_source
   say "building llama.cpp ($flavour) in $dir/build — about 10 minutes on 2 cores, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -96,7 +101,7 @@ unpack_release() {
 }
 
 cmd=${1:-}; flavour=${2:-}
-case $flavour in debug|blis|release) ;; *) die "unknown flavour '$flavour' (debug, blis, release)";; esac
+case $flavour in debug|blis|openblas|release) ;; *) die "unknown flavour '$flavour' (debug, blis, openblas, release)";; esac
 mkdir -p "$ROOT"
 manifest=$ROOT/$flavour/manifest.json
 case $cmd in
@@ -116,5 +121,5 @@ case $cmd in
     bin=$(sed -n 's/^ *"bin_dir": "\(.*\)",$/\1/p' "$manifest")
     [[ -n $bin && -x $bin/${3:-} ]] || die "llama.cpp flavour '$flavour' has no program '${3:-}'"
     echo "$bin/$3";;
-  *) die "usage: scripts/llama.sh ensure|manifest|program debug|blis|release [NAME]";;
+  *) die "usage: scripts/llama.sh ensure|manifest|program debug|blis|openblas|release [NAME]";;
 esac

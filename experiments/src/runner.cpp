@@ -26,7 +26,7 @@ fs::path cache_dir() {
 // The llama.cpp build that provides a backend.
 std::string flavour_of(const std::string& backend) {
     if (backend == "cpu") return "debug";
-    if (backend == "blis") return "blis";
+    if (backend == "blis" || backend == "openblas") return backend;
     return "";
 }
 
@@ -108,13 +108,13 @@ std::string joined(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-std::string missing_for(const SweepPoint& p) {
+std::string missing_for(const SweepPoint& p, bool install) {
     const std::string backend = p.at("backend");
     const std::string flavour = flavour_of(backend);
     if (flavour.empty())
-        return "backend '" + backend + "' is not provided by this version of profinfer's scripts (cpu and blis are)";
+        return "backend '" + backend + "' is not provided by this version of profinfer's scripts (cpu, blis and openblas are)";
     try {
-        LlamaInstall::locate(flavour, false).program("llama-bench");
+        LlamaInstall::locate(flavour, install).program("llama-bench");
     } catch (const Error& e) {
         return "backend '" + backend + "' needs the '" + flavour + "' llama.cpp build: " + e.what() +
                " (scripts/llama.sh ensure " + flavour + ")";
@@ -149,10 +149,14 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     const auto points = spec.points(opt.quick);
     RunReport rep;
     rep.points = int(points.size());
-    // Refuse (or, quick, skip) what this machine cannot run, before running anything.
-    std::map<std::string, std::string> missing;
-    for (const auto& p : points)
-        if (auto why = missing_for(p); !why.empty()) missing[p.id()] = why;
+    // Refuse (or, quick, skip) what this machine cannot run, before running anything. A
+    // llama.cpp build a backend needs is built (once, into the cache) when first needed.
+    std::map<std::string, std::string> missing, by_backend;
+    for (const auto& p : points) {
+        auto it = by_backend.find(p.at("backend"));
+        if (it == by_backend.end()) it = by_backend.emplace(p.at("backend"), missing_for(p, !opt.dry_run)).first;
+        if (!it->second.empty()) missing[p.id()] = it->second;
+    }
     if (!missing.empty() && !opt.quick && !opt.dry_run)
         throw Error(spec.name + ": " + std::to_string(missing.size()) + " of " + std::to_string(points.size()) +
                     " points cannot run here: " + missing.begin()->second + " (--quick skips them)");

@@ -15,9 +15,9 @@ const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"}};
 
 std::string as_text(const toml::node& n) {
+    if (n.is_boolean()) return *n.value<bool>() ? "on" : "off";
     if (auto s = n.value<std::string>()) return *s;
     if (auto i = n.value<int64_t>()) return std::to_string(*i);
-    if (auto b = n.value<bool>()) return *b ? "on" : "off";
     throw Error("a sweep value must be a string, an integer or a boolean");
 }
 

@@ -40,8 +40,9 @@ struct ExperimentSpec {
     std::vector<SweepPoint> points(bool quick) const;
 };
 
-// What a point needs that this machine may not have; empty when it can run.
-std::string missing_for(const SweepPoint& p);
+// What a point needs that this machine does not have; empty when it can run. With
+// INSTALL, the llama.cpp build of its backend is built or unpacked first if missing.
+std::string missing_for(const SweepPoint& p, bool install);
 
 struct RunOptions {
     std::filesystem::path profinfer;  // this binary
