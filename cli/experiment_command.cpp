@@ -45,7 +45,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
                       << " already done, " << rep.skipped << " skipped, " << rep.failed << " failed of " << rep.points
                       << " points\n";
             if (rep.done + rep.already_done > 0) {
-                for (const auto& f : summarise_experiment(s, opt.out_dir)) std::cerr << "  " << f.string() << "\n";
+                for (const auto& f : summarise_experiment(s, opt.out_dir, *quick)) std::cerr << "  " << f.string() << "\n";
             }
             return rep.failed > 0 ? 1 : 0;
         };
@@ -54,11 +54,12 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     sum->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
     sum->add_option("--board", *board, "Board the results are for")->capture_default_str();
     sum->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
-    sum->callback([&action, spec, board, out] {
-        action = [spec, board, out] {
+    sum->add_flag("--quick", *quick, "Summarise the quick sweep's points");
+    sum->callback([&action, spec, board, out, quick] {
+        action = [spec, board, out, quick] {
             const auto s = ExperimentSpec::load(*spec);
             const fs::path dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
-            for (const auto& f : summarise_experiment(s, dir)) std::cout << f.string() << "\n";
+            for (const auto& f : summarise_experiment(s, dir, *quick)) std::cout << f.string() << "\n";
             return 0;
         };
     });

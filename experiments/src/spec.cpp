@@ -94,6 +94,14 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         if (const auto* m = (*f)["metrics"].as_array())
             for (const auto& e : *m) s.metrics.push_back(e.value_or(std::string()));
     }
+    if (const auto* o = t["outputs"].as_table()) {
+        s.dag = (*o)["dag"].value_or(std::string());
+        if (!s.dag.empty() && s.dag != "attn" && s.dag != "ffn" && s.dag != "layer")
+            throw Error(file.string() + ": [outputs] dag is attn, ffn or layer, not '" + s.dag + "'");
+        if (const auto* a = (*o)["stat"].as_array())
+            for (const auto& e : *a) s.stats.push_back(e.value_or(std::string()));
+        s.timeline = (*o)["timeline"].value_or(false);
+    }
     if (const auto* n = t["notes"].as_array())
         for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));
     if (s.x.empty() || s.metrics.empty()) throw Error(file.string() + ": [figure] needs x and metrics");

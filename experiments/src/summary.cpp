@@ -8,7 +8,10 @@
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
 #include "profinfer/output_file.h"
+#include "profinfer/dag.h"
+#include "profinfer/gzip_stream.h"
 #include "profinfer/plotter.h"
+#include "profinfer/timeline.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 
@@ -86,10 +89,14 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
     return m;
 }
 
-std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir) {
+std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
+    std::set<std::string> sweep;
+    for (const auto& p : spec.points(quick)) sweep.insert(p.id());
     struct Row {
         std::map<std::string, std::string> params;
         nlohmann::json metrics;
+        std::string id;
+        fs::path db;
     };
     std::vector<Row> rows;
     {
@@ -101,10 +108,11 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             throw Error("cannot open " + index.string());
         }
         try {
-            store::Statement st(h, "SELECT params, db, bench FROM points WHERE status = 'done' ORDER BY rowid");
+            store::Statement st(h, "SELECT params, db, bench, id FROM points WHERE status = 'done' ORDER BY rowid");
             while (st.step())
-                rows.push_back({nlohmann::json::parse(st.column_text(0)).get<std::map<std::string, std::string>>(),
-                                point_metrics(st.column_text(1), st.column_text(2))});
+                if (sweep.count(st.column_text(3)))
+                    rows.push_back({nlohmann::json::parse(st.column_text(0)).get<std::map<std::string, std::string>>(),
+                                point_metrics(st.column_text(1), st.column_text(2)), st.column_text(3), st.column_text(1)});
         } catch (...) {
             sqlite3_close(h);
             throw;
@@ -133,14 +141,45 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         t.rows.push_back(cells);
     }
     std::vector<fs::path> written;
+    // Per-point outputs, named by the point's id (the index maps ids to parameters).
+    for (const auto& r : rows) {
+        const fs::path base = out_dir / "points" / r.id;
+        if (!spec.dag.empty()) {
+            TraceGraphs trace(r.db);
+            Dag dag = Dag::build(trace, trace.default_call());
+            int max_layer = -1;
+            for (const auto& n : dag.nodes) max_layer = std::max(max_layer, n.layer);
+            if (!dag.nodes.empty() && max_layer >= 0) {
+                dag = dag.filtered(max_layer / 2, spec.dag == "layer" ? "" : spec.dag);
+                dag.write(base.string() + "-dag-" + spec.dag + ".svg", Dag::Colour::Time);
+                written.push_back(base.string() + "-dag-" + spec.dag + ".svg");
+            }
+        }
+        for (const auto& by : spec.stats) {
+            const fs::path f = base.string() + "-stat-" + by + ".csv";
+            OutputFile::write(f, stats_table(r.db, by).to_csv());
+            written.push_back(f);
+        }
+        if (spec.timeline) {
+            const fs::path f = base.string() + "-trace.json.gz";
+            OutputFile file(f);
+            GzipStream gz(file.stream());
+            write_timeline(r.db, gz);
+            gz.finish();
+            file.commit();
+            written.push_back(f);
+        }
+    }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");
     {
         std::ostringstream md;
         md << "# " << spec.title << "\n\n";
         if (!spec.paper.empty()) md << "Reproduces: " << spec.paper << ". ";
-        md << "Tracer level: `" << spec.level << "`. Points: " << rows.size() << ".\n\n";
+        md << "Tracer level: `" << spec.level << "`. Sweep: " << (quick ? "quick" : "full") << ", " << rows.size() << " of "
+           << sweep.size() << " points recorded.\n\n";
         for (const auto& n : spec.notes) md << "- " << n << "\n";
+        md << "- Points: `index.db` (parameters, command, timings); per point `points/<id>.db` and its outputs.\n";
         md << "\n| " ;
         for (const auto& c : t.columns) md << c << " | ";
         md << "\n|";

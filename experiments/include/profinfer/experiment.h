@@ -34,6 +34,11 @@ struct ExperimentSpec {
     std::string x, series;
     std::vector<std::string> metrics;
     std::vector<std::string> notes;  // what the study needs or how to read it
+    // Per-point outputs ([outputs]): the DAG of the middle layer's block ("attn", "ffn",
+    // "layer"; empty: none), statistics tables (stat --by VALUE, CSV), the timeline (gzip).
+    std::string dag;
+    std::vector<std::string> stats;
+    bool timeline = false;
 
     static ExperimentSpec load(const std::filesystem::path& file);
     // The points of the sweep (Cartesian product, in the spec's order), quick or full.
@@ -72,7 +77,9 @@ std::filesystem::path point_model(const SweepPoint& p, const std::string& scale,
 nlohmann::json point_metrics(const std::filesystem::path& db, const std::string& bench_json);
 
 // The experiment's table (CSV + Markdown) and figure (PNG + SVG) from its index and
-// point DBs, written into out_dir; returns the files written.
-std::vector<std::filesystem::path> summarise_experiment(const ExperimentSpec& spec, const std::filesystem::path& out_dir);
+// point DBs, written into out_dir; returns the files written. Only the points of the
+// sweep (quick or full) count: an index may also hold the other sweep's points.
+std::vector<std::filesystem::path> summarise_experiment(const ExperimentSpec& spec, const std::filesystem::path& out_dir,
+                                                        bool quick);
 
 }  // namespace profinfer
