@@ -25,13 +25,7 @@ void add_diff(CLI::App& app, std::function<int()>& action) {
         action = [a, b, phase, format, threshold] {
             warn_if_partial(*a);
             warn_if_partial(*b);
-            Table t = diff_table(*a, *b, *phase, *threshold);
-            if (*format == "csv")
-                std::cout << t.to_csv();
-            else if (*format == "json")
-                std::cout << t.to_json().dump(1) << "\n";
-            else
-                std::cout << t.to_text();
+            std::cout << diff_table(*a, *b, *phase, *threshold).formatted(*format);
             return 0;
         };
     });

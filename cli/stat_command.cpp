@@ -28,12 +28,7 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
         action = [db, by, format, machine] {
             warn_if_partial(*db);
             Table t = *by == "roofline" ? roofline_table(*db, MachineBench::load(*machine)) : stats_table(*db, *by);
-            if (*format == "csv")
-                std::cout << t.to_csv();
-            else if (*format == "json")
-                std::cout << t.to_json().dump(1) << "\n";
-            else
-                std::cout << t.to_text();
+            std::cout << t.formatted(*format);
             return 0;
         };
     });

@@ -71,6 +71,13 @@ nlohmann::json Table::to_json() const {
     return a;
 }
 
+std::string Table::formatted(const std::string& format) const {
+    if (format == "csv") return to_csv();
+    if (format == "json") return to_json().dump(1) + "\n";
+    if (format == "table") return to_text();
+    throw Error("--format is table, csv or json, not '" + format + "'");
+}
+
 Table stats_table(const std::filesystem::path& path, const std::string& by) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     auto rows = [&](const std::vector<std::string>& cols, const std::string& sql) {

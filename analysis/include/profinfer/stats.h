@@ -15,7 +15,9 @@ struct Table {
 
     std::string to_text() const;  // aligned columns
     std::string to_csv() const;
-    nlohmann::json to_json() const;  // array of objects keyed by column
+    nlohmann::json to_json() const;
+    // The table as FORMAT: table (aligned text), csv or json — what --format chooses.
+    std::string formatted(const std::string& format) const;  // array of objects keyed by column
 };
 
 // BY: op-type, op, token, thread, expert. Throws profinfer::Error for another.
