@@ -85,22 +85,21 @@ TEST_P(OperatorTime, NeverExceedsItsCall) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures, OperatorTime,
-    ::testing::Values(Case{"llama3.2-1b", "op", false}, Case{"llama3.2-1b", "full", false},
-                      Case{"qwen2.5-1.5b", "op", false}, Case{"qwen2.5-1.5b", "full", false},
-                      Case{"gemma2-2b", "op", false}, Case{"gemma2-2b", "full", false},
-                      Case{"qwen1.5-moe-a2.7b", "op", false}, Case{"qwen1.5-moe-a2.7b", "full", false},
-                      Case{"llama3.2-1b", "op", true}, Case{"llama3.2-1b", "full", true}),
-    [](const auto& info) {
-        std::string n = std::string(info.param.card) + "_" + info.param.level + (info.param.release ? "_release" : "");
-        for (auto& ch : n)
-            if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-        return n;
-    });
-
 namespace {
-class AttachedRun : public ::testing::TestWithParam<const char*> {};
+class AttachedRun : public ::testing::TestWithParam<Case> {};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    std::string n = std::string(info.param.card) + "_" + info.param.level + (info.param.release ? "_release" : "");
+    for (auto& ch : n)
+        if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+}
+
+const auto kEveryCase = ::testing::Values(
+    Case{"llama3.2-1b", "op", false}, Case{"llama3.2-1b", "full", false}, Case{"qwen2.5-1.5b", "op", false},
+    Case{"qwen2.5-1.5b", "full", false}, Case{"gemma2-2b", "op", false}, Case{"gemma2-2b", "full", false},
+    Case{"qwen1.5-moe-a2.7b", "op", false}, Case{"qwen1.5-moe-a2.7b", "full", false}, Case{"llama3.2-1b", "op", true},
+    Case{"llama3.2-1b", "full", true});
 }  // namespace
 
 // Attached while the target is decoding: the graph in flight when the probes went in,
@@ -108,18 +107,20 @@ class AttachedRun : public ::testing::TestWithParam<const char*> {};
 // nodes. The nodes per decode call come from llama.cpp's own eval callback.
 TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
     PROFINFER_REQUIRE_BPF();
+    const Case c = GetParam();
+    const fs::path program = c.release ? graph_dump_release_bin() : graph_dump_bin();
     TempDir d;
     size_t per_decode_call = 0;
     {
-        auto dump = run({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "3", "2"});
+        auto dump = run({program, tiny_model(c.card), "Hello", "3", "2"});
         ASSERT_EQ(dump.status, 0) << dump.err;
         for (const auto& n : parse_graph_dump(dump.out)) per_decode_call += n.call == 1 && n.computed();
         ASSERT_GT(per_decode_call, 20u);
     }
-    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "1500", "2", "--no-callback"}, d / "out");
+    pid_t target = spawn({program, tiny_model(c.card), "Hello", "1500", "2", "--no-callback"}, d / "out");
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2}") != std::string::npos; },
                            std::chrono::seconds(60)));
-    auto r = run({profinfer_bin(), "record", "--level", GetParam(), "-o", d / "run.db", "--pid", std::to_string(target)});
+    auto r = run({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid", std::to_string(target)});
     ASSERT_TRUE(reap(target, std::chrono::seconds(120)).has_value());
     ASSERT_EQ(r.status, 0) << r.err;
     auto s = RunSummary::load(d / "run.db");
@@ -139,7 +140,8 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
     RecordProperty("nodes_outside_calls", std::to_string(s.outside_calls));
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, AttachedRun, ::testing::Values("op", "full"));
+INSTANTIATE_TEST_SUITE_P(Architectures, AttachedRun, kEveryCase, case_name);
+INSTANTIATE_TEST_SUITE_P(Architectures, OperatorTime, kEveryCase, case_name);
 
 namespace {
 
@@ -153,15 +155,16 @@ double hand_bytes(const std::string& type, double n) {
     return n / elems * bytes;
 }
 
-class MatMulByWeightType : public ::testing::TestWithParam<const char*> {};
+class MatMulByWeightType : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 }  // namespace
 
 TEST_P(MatMulByWeightType, FlopsAndBytesMatchAHandComputation) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    const std::string type = GetParam();
-    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_bin(),
+    const std::string type = std::get<0>(GetParam());
+    const fs::path program = std::get<1>(GetParam()) ? graph_dump_release_bin() : graph_dump_bin();
+    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", program,
                   tiny_model("llama3.2-1b", type), "Hello", "4", "2", "--no-callback"});
     ASSERT_EQ(r.status, 0) << r.err;
     // The FFN up projection: weight [K, M] of TYPE times the f32 activations [K, 1].
@@ -197,4 +200,9 @@ TEST_P(MatMulByWeightType, FlopsAndBytesMatchAHandComputation) {
     EXPECT_TRUE(found);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, MatMulByWeightType, ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"));
+INSTANTIATE_TEST_SUITE_P(Types, MatMulByWeightType,
+                         ::testing::Combine(::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                             return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_release" : "");
+                         });
