@@ -58,9 +58,8 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
     std::map<int64_t, int> by_id;
     {
         store::Statement st(db_.handle(), ("SELECT n.id, n.graph_seq, n.tensor, n.name, n.op, n.type, n.ne0, n.ne1, n.ne2, n.ne3, "
-                                           "r.view_src, n.base, n.layer, n.attention, t.start_ns, t.end_ns FROM call_nodes n "
-                                           "JOIN nodes r ON r.id = n.id LEFT JOIN node_times t ON t.graph_seq = n.graph_seq "
-                                           "AND t.tensor = n.tensor WHERE n.graph_seq IN " + graphs + " ORDER BY n.id").c_str());
+                                           "r.view_src, n.base, n.layer, n.attention FROM call_nodes n "
+                                           "JOIN nodes r ON r.id = n.id WHERE n.graph_seq IN " + graphs + " ORDER BY n.id").c_str());
         while (st.step()) {
             Node n;
             n.index = int(nodes.size());
@@ -74,11 +73,21 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
             n.base = st.column_text(11);
             n.layer = st.column_is_null(12) ? -1 : int(st.column_int(12));
             n.attention = st.column_int(13) != 0;
-            n.start_ns = st.column_int(14);
-            n.end_ns = st.column_int(15);
             index[{n.graph_seq, n.tensor}] = n.index;
             by_id[st.column_int(0)] = n.index;
             nodes.push_back(std::move(n));
+        }
+    }
+    {
+        // Node times (view node_times), for these graphs only: named as a literal list the
+        // constraint reaches inside the view's window; a join would compute it whole.
+        store::Statement st(db_.handle(), ("SELECT graph_seq, tensor, start_ns, end_ns FROM node_times WHERE graph_seq IN " +
+                                           graphs).c_str());
+        while (st.step()) {
+            auto it = index.find({st.column_int(0), uint64_t(st.column_int(1))});
+            if (it == index.end()) continue;
+            nodes[it->second].start_ns = st.column_int(2);
+            nodes[it->second].end_ns = st.column_int(3);
         }
     }
     {
