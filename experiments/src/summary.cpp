@@ -135,8 +135,15 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     for (const auto& m : metric_names) t.columns.push_back(m);
     for (const auto& r : rows) {
         std::vector<nlohmann::json> cells;
-        for (const auto& v : varying) cells.push_back(numeric(r.params.at(v)) ? nlohmann::json(std::stod(r.params.at(v)))
-                                                                               : nlohmann::json(r.params.at(v)));
+        for (const auto& v : varying) {
+            const std::string& text = r.params.at(v);
+            if (!numeric(text))
+                cells.push_back(text);
+            else if (text.find('.') == std::string::npos)
+                cells.push_back(int64_t(std::stoll(text)));  // threads, ctx, ...: printed as integers
+            else
+                cells.push_back(std::stod(text));
+        }
         for (const auto& m : metric_names) cells.push_back(r.metrics.value(m, nlohmann::json(nullptr)));
         t.rows.push_back(cells);
     }
