@@ -8,6 +8,7 @@
 #include <thread>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -169,9 +170,12 @@ bool cpu_has(const char* feature) {
     if (f == "avx512f") return __builtin_cpu_supports("avx512f");
     if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
     if (f == "avx512vnni") return __builtin_cpu_supports("avx512vnni");
-    if (f == "avxvnni") return __builtin_cpu_supports("avxvnni");
-    if (f == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (f == "f16c") return __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");  // also: the OS saves YMM
+    if (f == "avx2") return avx2;
+    // Not every compiler's __builtin_cpu_supports knows these two: CPUID directly.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (f == "avxvnni") return avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+    if (f == "f16c") return avx2 && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 #endif
     (void)feature;
     return false;

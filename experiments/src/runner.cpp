@@ -1,8 +1,15 @@
+#include <sched.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "profinfer/error.h"
@@ -100,6 +107,32 @@ private:
     sqlite3* db_ = nullptr;
 };
 
+// The CPU a point's hog occupies ("cpu1" → 1), or -1 for none.
+int hog_cpu(const SweepPoint& p) {
+    const std::string& h = p.at("hog");
+    if (h == "none") return -1;
+    if (h.rfind("cpu", 0) != 0 || h.size() == 3 || h.find_first_not_of("0123456789", 3) != std::string::npos)
+        throw Error("hog is none or cpuN, not '" + h + "'");
+    return std::stoi(h.substr(3));
+}
+
+// Paper Fig. 8's interference: a process of higher priority (nice -10) that burns CPU
+// CPU for as long as the point runs. Killed by the caller, or when the runner dies.
+pid_t start_hog(int cpu) {
+    pid_t pid = fork();
+    if (pid < 0) throw Error(std::string("cannot start the CPU hog: ") + strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+        setpriority(PRIO_PROCESS, 0, -10);
+        for (;;) asm volatile("" ::: "memory");  // spin
+    }
+    return pid;
+}
+
 std::string joined(const std::vector<std::string>& argv) {
     std::string s;
     for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
@@ -109,6 +142,9 @@ std::string joined(const std::vector<std::string>& argv) {
 }  // namespace
 
 std::string missing_for(const SweepPoint& p, bool install) {
+    if (int cpu = hog_cpu(p); cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
+        return "a hog on CPU " + std::to_string(cpu) + ", but this machine has " +
+               std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs";
     const std::string backend = p.at("backend");
     const std::string flavour = flavour_of(backend);
     if (flavour.empty())
@@ -153,8 +189,9 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     // llama.cpp build a backend needs is built (once, into the cache) when first needed.
     std::map<std::string, std::string> missing, by_backend;
     for (const auto& p : points) {
-        auto it = by_backend.find(p.at("backend"));
-        if (it == by_backend.end()) it = by_backend.emplace(p.at("backend"), missing_for(p, !opt.dry_run)).first;
+        const std::string what = p.at("backend") + "|" + p.at("hog");  // what missing_for looks at
+        auto it = by_backend.find(what);
+        if (it == by_backend.end()) it = by_backend.emplace(what, missing_for(p, !opt.dry_run)).first;
         if (!it->second.empty()) missing[p.id()] = it->second;
     }
     if (!missing.empty() && !opt.quick && !opt.dry_run)
@@ -169,7 +206,9 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (missing.count(p.id()))
                 std::cout << "\n    skipped: " << missing[p.id()];
             else
-                std::cout << "\n    " << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)));
+                std::cout << "\n    " << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)))
+                          << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
+                                              : std::string());
             std::cout << "\n";
         }
         return rep;
@@ -208,7 +247,16 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * remaining) + ")" : "") << " …\n";
         const double started = now_s();
         index.put(p, "running", db.string(), joined(command), "", started, started, "");
-        auto r = run_process(argv);
+        const int hog = hog_cpu(p);
+        const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
+        ProcessResult r;
+        try {
+            r = run_process(argv);
+        } catch (...) {
+            if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
+            throw;
+        }
+        if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
         const double ended = now_s();
         if (r.status == 0) {
             index.put(p, "done", db.string(), joined(command), "", started, ended, r.out);

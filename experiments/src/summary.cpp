@@ -75,6 +75,19 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                                   ? nlohmann::json(100.0 * st.column_double(0) / st.column_double(1))
                                   : nlohmann::json(nullptr);
     }
+    {
+        // Times a target thread lost its CPU while runnable (preempted), per decode call:
+        // the scheduler events of --level full; null without them.
+        const int64_t switches = db.scalar("SELECT count(*) FROM sched_switch");
+        const std::string pid = db.meta()["pid"];
+        const int64_t decode = m["decode_calls"].get<int64_t>();
+        m["preempted_per_token"] =
+            switches > 0 && decode > 0 && !pid.empty()
+                ? nlohmann::json(double(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
+                                                  std::to_string(std::stoll(pid)))) /
+                                 double(decode))
+                : nlohmann::json(nullptr);
+    }
     // llama-bench's own measurement of the same run: a JSON array, one object per test.
     m["bench_pp_tps"] = nullptr;
     m["bench_tg_tps"] = nullptr;
@@ -131,7 +144,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     t.columns = varying;
     const std::vector<std::string> metric_names = {"decode_tps",        "prefill_tps",         "bench_tg_tps",
                                                    "bench_pp_tps",      "op_ms_per_token",     "mul_mat_share_pct",
-                                                   "attention_share_pct", "wait_share_pct"};
+                                                   "attention_share_pct", "wait_share_pct", "preempted_per_token"};
     for (const auto& m : metric_names) t.columns.push_back(m);
     for (const auto& r : rows) {
         std::vector<nlohmann::json> cells;

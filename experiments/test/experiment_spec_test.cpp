@@ -45,7 +45,8 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
         ids.insert(p.id());
         EXPECT_EQ(p.at("fa"), "off");
         EXPECT_EQ(p.at("backend"), "cpu");  // not swept: the default
-        EXPECT_EQ(p.params.size(), 10u);
+        EXPECT_EQ(p.params.size(), 11u);
+        EXPECT_EQ(p.key().find("hog"), std::string::npos);  // at its default, left out of the identity
     }
     EXPECT_EQ(keys.size(), 6u);
     EXPECT_EQ(ids.size(), 6u);
@@ -94,4 +95,19 @@ TEST(ExperimentSpec, EveryShippedSpecLoadsAndDryRuns) {
                   (fs::path(PROFINFER_SOURCE_DIR) / "experiments" / "specs" / "thread-scaling.toml").string(), "--board",
                   "rk3588"});
     expect_one_line_failure(r, "rk3588");
+}
+
+// A hog on a CPU this machine does not have: the point says so (dry run), and the key of
+// a point with a hog names it.
+TEST(ExperimentSpec, HogOnAMissingCpuIsNamed) {
+    TempDir d;
+    std::string spec = kSpec;
+    spec.replace(spec.find("fa = false"), 10, "fa = false\nhog = [\"none\", \"cpu9999\"]");
+    auto s = ExperimentSpec::load(write_spec(d, spec));
+    int with_hog = 0;
+    for (const auto& p : s.points(false)) with_hog += p.key().find("hog=cpu9999") != std::string::npos;
+    EXPECT_EQ(with_hog, 6);
+    auto r = run({profinfer_bin(), "experiment", "run", (d / "spec.toml").string(), "--dry-run"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("skipped: a hog on CPU 9999, but this machine has"), std::string::npos) << r.out;
 }
