@@ -82,6 +82,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     {
         sqlite3* h = nullptr;
         ASSERT_EQ(sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+        {  // the statement must be finalised before the connection can close
         store::Statement st(h, "SELECT db, params FROM points");
         while (st.step()) {
             store::Database db(st.column_text(0), store::Database::Mode::ReadOnly);
@@ -90,7 +91,8 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
             EXPECT_NE(db.meta()["command"].find("-t " + params["threads"].get<std::string>()), std::string::npos);
             EXPECT_EQ(db.scalar("SELECT count(DISTINCT ith) FROM thread_parts"), std::stoi(params["threads"].get<std::string>()));
         }
-        sqlite3_close(h);
+        }
+        EXPECT_EQ(sqlite3_close(h), SQLITE_OK);
     }
     const auto before = mtimes(out);
     // A second run finds everything done and records nothing.
