@@ -93,6 +93,8 @@ fs::path profinfer_bin() {
 fs::path graph_dump_bin() { return LLAMA_GRAPH_DUMP_BIN; }
 fs::path graph_dump_release_bin() { return LLAMA_GRAPH_DUMP_RELEASE_BIN; }
 fs::path fake_llama_bin() { return FAKE_LLAMA_BIN; }
+fs::path dlopen_loop_bin() { return DLOPEN_LOOP_BIN; }
+fs::path dlopen_plugin() { return DLOPEN_PLUGIN; }
 
 bool DumpNode::computed() const {
     return op != "NONE" && op != "VIEW" && op != "RESHAPE" && op != "PERMUTE" && op != "TRANSPOSE";

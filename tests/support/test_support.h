@@ -59,6 +59,9 @@ std::filesystem::path graph_dump_bin();
 std::filesystem::path graph_dump_release_bin();
 // A program whose libllama.so exports no llama_decode (as a stripped build would).
 std::filesystem::path fake_llama_bin();
+// A program that dlopens and dlcloses DLOPEN_PLUGIN in a loop (argv: library, rounds).
+std::filesystem::path dlopen_loop_bin();
+std::filesystem::path dlopen_plugin();
 
 // One node as llama.cpp's eval callback reported it (llama_graph_dump's output).
 struct DumpNode {

@@ -41,8 +41,9 @@ struct {
  * reason (pi_drop_kind); user space stores both with every commit. */
 __u64 lost_events[PI_EV_KIND_MAX] = {};
 __u64 dropped[PI_DROP_KIND_MAX] = {};
-/* SIGSTOPs sent at loader stops: user space resumes the target as often as it sees
- * this move, and once more on every exit path if it moved since. */
+/* SIGSTOPs sent at loader stops, counted after each is sent: user space resumes the
+ * target whenever it sees this move (the library record is only the wake-up), and once
+ * more on every exit path if it moved since. */
 __u64 library_stops = 0;
 /* Operator probes are live only while this is set (the QoS controller clears it
  * between detaching and re-attaching them). */
@@ -757,14 +758,19 @@ int BPF_KPROBE(dl_debug_state)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid) || !stop_on_library_load)
 		return 0;
+	/* Order matters: the stop is generated (synchronously here, interrupts are on in a
+	 * uprobe) and counted before user space can hear of it, so the SIGCONT it sends on
+	 * seeing the count or the record always comes after the SIGSTOP and cancels it. The
+	 * other way round the target could be preempted between the record and the signal,
+	 * be resumed first and then stop itself for good. */
+	if (bpf_send_signal(19 /* SIGSTOP */) == 0)
+		__sync_fetch_and_add(&library_stops, 1);
 	struct pi_library_event *ev = reserve(PI_EV_LIBRARY, sizeof(*ev));
 	if (ev) {
 		fill_header(&ev->h, PI_EV_LIBRARY, sizeof(*ev), pid_tgid);
 		ev->ts_ns = bpf_ktime_get_ns();
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP); /* the target waits, stopped */
 	}
-	if (bpf_send_signal(19 /* SIGSTOP */) == 0)
-		__sync_fetch_and_add(&library_stops, 1);
 	return 0;
 }
 

@@ -402,17 +402,16 @@ private:
         using clock = std::chrono::steady_clock;
         auto last_commit = clock::now();
         std::optional<clock::time_point> forwarded_at;
-        uint64_t lost_library_seen = 0;
         for (;;) {
             if (recording_error_.empty()) {
                 try {
                     consumer_->poll(50);
-                    // If the loader-stop record was lost, the target sits stopped: notice it anyway.
-                    const uint64_t lost_lib = skel_->bss->lost_events[PI_EV_LIBRARY];
-                    const bool lost_stop = lost_lib != lost_library_seen;
-                    lost_library_seen = lost_lib;
-                    if (consumer_->take_library_changed() || lost_stop) {
-                        uint64_t stops = skel_->bss->library_stops;
+                    // The stop count, not the record, says the target sits stopped: it moves
+                    // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
+                    // also when the record was lost.
+                    const bool library_record = consumer_->take_library_changed();
+                    const uint64_t stops = __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE);
+                    if (library_record || stops != stops_resumed_) {
                         probes_->attach_new_libraries();
                         stops_resumed_ = stops;
                         kill(pid_, SIGCONT);

@@ -1,0 +1,2 @@
+/* What dlopen_loop loads. */
+int dlopen_plugin_answer(void) { return 42; }
