@@ -41,11 +41,20 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--buffer-kb", opts->buffer_kb,
                     "Ring buffer size in KiB (power of two, from the page size): for small boards and loss tests")
         ->excludes(mb);
+    auto consumer = std::make_shared<std::string>("idle");
+    cmd->add_option("--consumer", *consumer,
+                    "Priority of profinfer's own reading and writing while the target runs: idle (SCHED_IDLE, "
+                    "raised whenever the ring buffer is a quarter full or the target waits for it; the trace DB then "
+                    "lags behind the run and catches up at its end; normal with --qos-min-tps) or normal (the DB follows the run live, at the "
+                    "cost of CPU time the target's threads may need)")
+        ->check(CLI::IsMember({"idle", "normal"}))
+        ->capture_default_str();
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer] {
         const bool pid_given = pid_opt->count() > 0;
+        opts->idle_consumer = *consumer == "idle";
         if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
         action = [opts, level, pid, pid_given, peers] {
             opts->level = parse_trace_level(*level);

@@ -3,7 +3,10 @@
 // map smaller than the number of threads a run starts, what scheduler events keep of
 // other processes, and the QoS controller detaching and re-attaching.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <regex>
@@ -52,6 +55,41 @@ TEST(RecordLimits, SixteenThreadsOnTwoCoresLoseNothing) {
     ASSERT_EQ(rec.result.status, 0) << rec.result.err;
     EXPECT_EQ(count(rec.db, "SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
     expect_calls_match_dump(rec.result, rec.db, 8, 16);
+}
+
+// The recorder reads and writes at SCHED_IDLE by default. With a spinning process on every
+// CPU it gets no idle time at all: the keeper must raise it before the ring buffer
+// overflows (a 2 MiB buffer fills within the run), so nothing is lost; at normal priority
+// it is never raised.
+TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
+    PROFINFER_REQUIRE_BPF();
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    std::vector<pid_t> hogs;
+    for (long c = 0; c < cpus; ++c) hogs.push_back(spawn({"/bin/sh", "-c", "while :; do :; done"}));
+    struct Reap {
+        std::vector<pid_t>& h;
+        ~Reap() {
+            for (pid_t p : h) kill(p, SIGKILL), waitpid(p, nullptr, 0);
+        }
+    } reap_hogs{hogs};
+    const std::vector<std::string> cmd{graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "400", "2",
+                                       "--no-callback"};
+    for (const char* consumer : {"idle", "normal"}) {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--buffer-mb", "2", "--consumer", consumer}, cmd);
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        auto meta = db.meta();
+        EXPECT_EQ(meta["consumer"], consumer);
+        EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0) << consumer;
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"), 399) << consumer;
+        const int64_t boosts = meta.count("consumer_boosts") ? std::stoll(meta["consumer_boosts"]) : -1;
+        if (std::string(consumer) == "idle")
+            EXPECT_GT(boosts, 0) << "never raised although starved";
+        else
+            EXPECT_EQ(boosts, 0);
+        RecordProperty(std::string(consumer) + "_boosts", std::to_string(boosts));
+    }
 }
 
 // A 4 KiB ring buffer loses records, and every one is counted: recorded + lost equals

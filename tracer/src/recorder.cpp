@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 
+#include "consumer_priority.h"
 #include "counters.h"
 #include "event_consumer.h"
 #include "launcher.h"
@@ -176,6 +177,7 @@ public:
 
     // Every way out passes here: the probes go, then the target goes on.
     ~Recorder() {
+        priority_.reset();  // its keeper reads the BPF object's counters
         release_target();
         consumer_.reset();
         tracer_bpf__destroy(skel_);
@@ -207,6 +209,16 @@ public:
             throw_if_stopped("before the command started; it was not run");
             child_->release();
         }
+        // Idle only from here: attaching (and the first loader stops) at full speed. The QoS
+        // controller must see decode speeds as they happen: with it, normal priority.
+        const bool idle = opts_.idle_consumer && opts_.qos_min_tps <= 0;
+        priority_ = std::make_unique<ConsumerPriority>(
+            idle ? ConsumerPriority::Mode::Idle : ConsumerPriority::Mode::Normal,
+            bpf_map__fd(skel_->maps.events), opts_.buffer_kb << 10, [this] {
+                return g_stop_signal.load() != 0 ||
+                       __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE) != stops_resumed_.load();
+            });
+        set_meta("consumer", idle ? "idle" : "normal");
         int status = poll_until_exit();
         return finish(status);
     }
@@ -216,6 +228,7 @@ public:
     // recorded nothing leaves no database, so the same -o works for the retry; one that
     // did is kept, marked incomplete, with the reason.
     void fail(const std::string& why) {
+        if (priority_) priority_->stay_normal();
         release_target();
         try {
             if (writer_) writer_->commit();
@@ -451,6 +464,10 @@ private:
         if (!recording_error_.empty())
             throw Error(recording_error_ + (child_ ? " (recording stopped; the command ran on untraced)" : ""));
         release_target();  // no probe runs from here on: what is still pending stays so
+        if (priority_) {
+            priority_->stay_normal();  // catch up at full speed
+            set_meta("consumer_boosts", std::to_string(priority_->boosts()));
+        }
         consumer_->drain();
         ended_ = true;
         writer_->begin();
@@ -497,7 +514,8 @@ private:
     std::unique_ptr<LaunchedProcess> child_;
     std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;
-    uint64_t stops_resumed_ = 0;  // library_stops when we last sent SIGCONT
+    std::atomic<uint64_t> stops_resumed_{0};  // library_stops when we last sent SIGCONT
+    std::unique_ptr<ConsumerPriority> priority_;
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;

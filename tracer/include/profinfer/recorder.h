@@ -28,6 +28,9 @@ struct RecordOptions {
     double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
     size_t buffer_kb = 64 << 10;  // ring buffer size
     SchedPeers sched_peers = SchedPeers::Comm;
+    // The recorder's reading and writing at SCHED_IDLE (raised while the ring buffer fills,
+    // the target waits at a loader stop or a signal is pending), or at normal priority.
+    bool idle_consumer = true;
     bool quiet = false;
 };
 
