@@ -28,7 +28,8 @@ ConsumerPriority::ConsumerPriority(Mode mode, int ringbuf_fd, size_t size, std::
         consumer_page_ = producer_page_ = nullptr;
         return;  // stays at normal priority: safe, only dearer for the target
     }
-    set_idle(true);
+    // The keeper lowers the recorder's thread itself (only it touches the policy until it
+    // is joined); it was created at normal priority, which it keeps.
     keeper_ = std::thread([this] { keep(); });
 }
 
@@ -64,6 +65,7 @@ void ConsumerPriority::set_idle(bool idle) {
 }
 
 void ConsumerPriority::keep() {
+    set_idle(true);
     std::unique_lock lock(m_);
     while (!cv_.wait_for(lock, kPeriod, [this] { return stop_; })) {
         const double fill = double(backlog()) / double(size_);
