@@ -41,6 +41,17 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--buffer-kb", opts->buffer_kb,
                     "Ring buffer size in KiB (power of two, from the page size): for small boards and loss tests")
         ->excludes(mb);
+    auto wait = std::make_shared<std::string>("sampled");
+    cmd->add_option("--wait", *wait,
+                    "At --level full, how each thread's part of a node is split into compute and wait: sampled "
+                    "(CPU-clock samples classified by whether the thread's IP is in barrier code; a statistical split "
+                    "with confidence intervals, at a fraction of the cost), exact (a probe on every ggml_barrier call), "
+                    "or both (to compare the two on one run)")
+        ->check(CLI::IsMember({"sampled", "exact", "both"}))
+        ->capture_default_str();
+    cmd->add_option("--sample-hz", opts->sample_hz, "Samples per second and CPU for --wait sampled")
+        ->check(CLI::Range(1, 20000))
+        ->capture_default_str();
     auto consumer = std::make_shared<std::string>("idle");
     cmd->add_option("--consumer", *consumer,
                     "Priority of profinfer's own reading and writing while the target runs: idle (SCHED_IDLE, "
@@ -52,9 +63,10 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait] {
         const bool pid_given = pid_opt->count() > 0;
         opts->idle_consumer = *consumer == "idle";
+        opts->wait = parse_wait_method(*wait);
         if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
         action = [opts, level, pid, pid_given, peers] {
             opts->level = parse_trace_level(*level);

@@ -11,7 +11,9 @@ the same for CPU time; and the slowdown as a multiple of the bpftrace floor's.
 """
 import argparse, csv, os, random, resource, signal, statistics, subprocess, sys, tempfile, time
 
-CONFIGS = ["none", "token", "graph", "op", "full", "bpftrace"]
+# full: the compute/wait split by CPU-clock samples (--wait sampled, the default);
+# full-exact: by a probe on every ggml_barrier call (--wait exact).
+CONFIGS = ["none", "token", "graph", "op", "full", "full-exact", "bpftrace"]
 
 
 def cpu_seconds():
@@ -46,7 +48,8 @@ def run_one(config, args, work):
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(db + suffix):
                 os.remove(db + suffix)
-        cmd = [args.profinfer, "record", "-q", "--level", config, "-o", db, "--"] + bench
+        level = ["--level", "full", "--wait", "exact"] if config == "full-exact" else ["--level", config]
+        cmd = [args.profinfer, "record", "-q"] + level + ["-o", db, "--"] + bench
     with open(out, "w") as f:
         status = subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL).returncode
     if floor:

@@ -1,6 +1,7 @@
 #include "profinfer/stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -23,6 +24,14 @@ std::string cell(const nlohmann::json& v) {
 }
 
 }  // namespace
+
+std::pair<double, double> wilson_interval(int64_t k, int64_t n, double z) {
+    if (n <= 0) return {0.0, 1.0};
+    const double p = double(k) / double(n), nn = double(n), z2 = z * z;
+    const double centre = (p + z2 / (2 * nn)) / (1 + z2 / nn);
+    const double half = z * std::sqrt(p * (1 - p) / nn + z2 / (4 * nn * nn)) / (1 + z2 / nn);
+    return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
 
 std::string Table::to_text() const {
     std::vector<size_t> w(columns.size());
@@ -133,11 +142,41 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "FROM calls c LEFT JOIN t ON t.call = c.call ORDER BY c.call");
     }
     if (by == "thread") {
-        // Paper Fig. 6: per op type and thread index, compute and wait time.
-        return rows({"op", "ith", "compute_ms", "wait_ms", "wait_share_pct"},
-                    "SELECT op, ith, sum(compute_ns) / 1e6, sum(wait_ns) / 1e6, "
-                    "100.0 * sum(wait_ns) / max(1, sum(compute_ns + wait_ns)) FROM thread_parts "
-                    "GROUP BY op, ith ORDER BY op, ith");
+        // Paper Fig. 6: per op type and thread index, compute and wait time. Exact where
+        // every ggml_barrier was traced (--wait exact|both); else, where CPU-clock samples
+        // were taken (--wait sampled), the thread's part time split by the share of its
+        // samples that were in barrier code, with the share's 95 % Wilson interval; at
+        // --level op there is no split (all compute, wait_share_pct null).
+        Table raw = rows({"op", "ith", "part_ns", "compute_ns", "wait_ns", "samples", "wait_samples"},
+                         "SELECT op, ith, sum(end_ns - start_ns), sum(compute_ns), sum(wait_ns), sum(samples), "
+                         "sum(wait_samples) FROM thread_parts GROUP BY op, ith ORDER BY op, ith");
+        const bool exact = db.scalar("SELECT count(*) FROM ops WHERE barriers > 0") > 0;
+        const bool sampled = db.scalar("SELECT count(*) FROM op_samples") > 0;
+        Table t;
+        t.columns = {"op", "ith", "compute_ms", "wait_ms", "wait_share_pct", "method",
+                     "samples", "sampled_wait_pct", "sampled_ci95_lo", "sampled_ci95_hi"};
+        for (const auto& r : raw.rows) {
+            auto d = [&](size_t c) { return r[c].is_number() ? r[c].get<double>() : 0.0; };
+            const double part = d(2), k = d(6), n = d(5);
+            std::vector<nlohmann::json> o{r[0], r[1]};
+            nlohmann::json share = nullptr, lo = nullptr, hi = nullptr;
+            if (n > 0) {
+                auto ci = wilson_interval(int64_t(k), int64_t(n));
+                share = 100.0 * k / n, lo = 100.0 * ci.first, hi = 100.0 * ci.second;
+            }
+            if (exact) {
+                o.insert(o.end(), {d(3) / 1e6, d(4) / 1e6, 100.0 * d(4) / std::max(1.0, d(3) + d(4)), "exact"});
+            } else if (sampled) {
+                const double f = n > 0 ? k / n : 0.0;
+                o.insert(o.end(), {part * (1 - f) / 1e6, part * f / 1e6, n > 0 ? nlohmann::json(100.0 * f) : nullptr,
+                                   "sampled"});
+            } else {
+                o.insert(o.end(), {part / 1e6, 0.0, nullptr, "none"});
+            }
+            o.insert(o.end(), {int64_t(n), share, lo, hi});
+            t.rows.push_back(std::move(o));
+        }
+        return t;
     }
     if (by == "expert") {
         // Per MoE node name, layer and expert: activations, and the mean reuse distance (in

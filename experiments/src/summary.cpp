@@ -68,12 +68,15 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
     }
     {
         store::Statement st(db.handle(),
-                            "SELECT sum(wait_ns), sum(compute_ns + wait_ns), max(barriers) FROM thread_parts WHERE phase = 'decode'");
+                            "SELECT sum(wait_ns), sum(compute_ns + wait_ns), max(barriers), sum(wait_samples), "
+                            "sum(samples) FROM thread_parts WHERE phase = 'decode'");
         st.step();
-        // Wait is only measured where barriers were traced (--level full).
+        // Wait is only measured at --level full: exactly where barriers were traced, else
+        // as the share of CPU-clock samples in barrier code (--wait sampled).
         m["wait_share_pct"] = st.column_int(2) > 0 && st.column_double(1) > 0
                                   ? nlohmann::json(100.0 * st.column_double(0) / st.column_double(1))
-                                  : nlohmann::json(nullptr);
+                              : st.column_int(4) > 0 ? nlohmann::json(100.0 * st.column_double(3) / st.column_double(4))
+                                                     : nlohmann::json(nullptr);
     }
     {
         // Times a target thread lost its CPU while runnable (preempted), per decode call:

@@ -47,15 +47,20 @@ FROM (SELECT n.*, rtrim(n.name, '0123456789') AS stem,
       FROM nodes n);
 
 -- One row per thread's part of a node of a recorded call. compute: from its start to the
--- barrier that ends the node (at --level op, where barriers are not traced, to its start
--- of the next node: compute_end_ns = end_ns); wait: from there to its next node.
+-- barrier that ends the node (where barriers are not traced — --level op, --wait sampled —
+-- to its start of the next node: compute_end_ns = end_ns); wait: from there to its next
+-- node. samples, wait_samples: --wait sampled's CPU-clock samples in this part, and those
+-- in barrier code (0 where not sampled).
 CREATE TEMP VIEW thread_parts AS
 SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.name, n.base, n.layer, n.attention,
        o.tid, o.ith, o.nth, o.start_cpu, o.end_cpu, o.start_ns, o.compute_end_ns, o.end_ns,
        o.compute_end_ns - o.start_ns AS compute_ns, o.end_ns - o.compute_end_ns AS wait_ns, o.barriers,
+       coalesce(s.samples, 0) AS samples, coalesce(s.wait_samples, 0) AS wait_samples,
+       coalesce(s.barrier_state_samples, 0) AS barrier_state_samples,
        o.c0, o.c1, o.c2, o.c3, o.c4, o.c5  -- every counter column (store.h: kCounterSlots)
 FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq
-     JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor;
+     JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor
+     LEFT JOIN op_samples s ON s.op_id = o.id;
 
 -- One row per node a kernel computed (a fused kernel counts once, under its first node).
 -- The node's time runs from the first thread starting it to the last thread reaching the

@@ -66,6 +66,16 @@ CREATE TABLE ops (
   c0 INTEGER, c1 INTEGER, c2 INTEGER, c3 INTEGER, c4 INTEGER, c5 INTEGER
 );
 CREATE INDEX ops_graph ON ops(graph_seq, tensor);
+-- --wait sampled (--level full): the CPU-clock samples that found a thread in its part of
+-- a node, and how many of them were in barrier code; a row only where there were samples.
+CREATE TABLE op_samples (
+  op_id        INTEGER PRIMARY KEY REFERENCES ops(id),
+  samples      INTEGER NOT NULL,
+  wait_samples INTEGER NOT NULL,
+  -- --wait both: of the samples, those after the thread's first ggml_barrier probe in the
+  -- node (with one barrier, the exact probes' wait): the IP classification's check
+  barrier_state_samples INTEGER NOT NULL
+);
 -- One row per graph node (read by the thread with ith = 0).
 CREATE TABLE nodes (
   id        INTEGER PRIMARY KEY,

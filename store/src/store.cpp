@@ -161,6 +161,9 @@ void Database::initialise(Mode mode) {
             throw Error(path.string() + " has trace schema version " + std::to_string(v) + "; this profinfer reads versions " +
                         std::to_string(kOldestReadableSchema) + " to " + std::to_string(kSchemaVersion) +
                         (v == 0 ? " (is it a profinfer trace?)" : ""));
+        if (v < 4)  // before sampled waits: none recorded
+            exec("CREATE TEMP TABLE op_samples (op_id INTEGER PRIMARY KEY, samples INTEGER NOT NULL, "
+                 "wait_samples INTEGER NOT NULL, barrier_state_samples INTEGER NOT NULL)");
         exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }
 }

@@ -206,6 +206,9 @@ struct thread_state {
 	__u32 barriers, start_cpu;
 	__u32 tid, tgid;
 	__u32 active, reserved;
+	__u16 samples, wait_samples; /* --wait sampled: this node's so far */
+	__u16 barrier_state_samples;
+	__u16 reserved4;
 	/* Counter values where the current on-CPU stretch began, and the counts of earlier
 	 * stretches of this node: sched_switch moves a running node's count into acc, so a
 	 * node that sleeps or migrates (a major fault does both) is counted on every CPU it
@@ -307,7 +310,9 @@ static __always_inline void end_op(struct thread_state *st, __u64 now)
 	e->barriers = st->barriers;
 	e->start_cpu = st->start_cpu;
 	e->end_cpu = bpf_get_smp_processor_id();
-	e->reserved = 0;
+	e->samples = st->samples;
+	e->wait_samples = st->wait_samples;
+	e->barrier_state_samples = st->barrier_state_samples;
 	/* Counts up to the node's last barrier (its compute), read on the thread's own CPU;
 	 * a node without a barrier can only be counted by its own thread. */
 	__u64 now_counters[PI_MAX_COUNTERS] = {};
@@ -606,6 +611,9 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 		st->params_graph_seq = st->graph_seq;
 	}
 	st->start_cpu = bpf_get_smp_processor_id();
+	st->samples = 0;
+	st->wait_samples = 0;
+	st->barrier_state_samples = 0;
 	if (n_counters) {
 		read_counters(st->counters);
 		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
@@ -673,6 +681,53 @@ int BPF_KPROBE(barrier_enter)
 								 ? ~0ULL
 								 : st->acc[c] + now[c] - st->counters[c];
 		}
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- sampled wait */
+
+/* --wait sampled: instead of a trap at every ggml_barrier (the costliest probe: about
+ * 20 % of decode on a 2-CPU machine), a CPU-clock perf event on every CPU samples the
+ * running thread at a low rate. A sample finding a target thread inside a node counts
+ * for that node, as waiting when the interrupted user IP lies in barrier code (the
+ * ranges user space puts in wait_ranges: ggml_barrier in each libggml-cpu, libgomp's
+ * text when ggml runs on OpenMP), as computing otherwise; samples in the kernel are left
+ * out. */
+struct pi_wait_range wait_ranges[PI_WAIT_RANGES] = {};
+__u32 n_wait_ranges = 0;
+
+SEC("perf_event")
+int wait_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return 0;
+	__u32 tid = (__u32)pid_tgid;
+	struct thread_state *st = bpf_map_lookup_elem(&thread_states, &tid);
+	if (!st || !st->active)
+		return 0;
+	__u64 ip = PT_REGS_IP(&ctx->regs);
+	/* A sample in the kernel (the kernel half of the address space on x86-64 and arm64)
+	 * is a trap, a fault or a system call: neither the kernel's compute nor a barrier
+	 * spin, and much of it is our own probes' trap. Left out. */
+	if ((__s64)ip < 0)
+		return 0;
+	bool wait = false;
+	for (__u32 i = 0; i < PI_WAIT_RANGES; i++) {
+		if (i >= n_wait_ranges)
+			break;
+		if (ip >= wait_ranges[i].lo && ip < wait_ranges[i].hi) {
+			wait = true;
+			break;
+		}
+	}
+	if (st->samples < 0xffff) {
+		st->samples++;
+		if (wait)
+			st->wait_samples++;
+		if (st->barriers)
+			st->barrier_state_samples++;
 	}
 	return 0;
 }

@@ -65,7 +65,10 @@ ElfSymbols::ElfSymbols(const std::filesystem::path& path) {
             if (!gelf_getsym(data, int(i), &sym)) continue;
             if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
             if (const char* s = elf_strptr(elf, sh.sh_link, sym.st_name))
-                if (uint64_t off = to_offset(sym.st_value)) functions_.emplace(s, off);
+                if (uint64_t off = to_offset(sym.st_value)) {
+                    functions_.emplace(s, off);
+                    sizes_.emplace(s, sym.st_size);
+                }
         }
     }
     elf_end(elf);

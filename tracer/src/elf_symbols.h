@@ -20,12 +20,18 @@ public:
         auto it = functions_.find(name);
         return it == functions_.end() ? 0 : it->second;
     }
+    // Its size in bytes (st_size; 0 if unknown).
+    uint64_t function_size(const std::string& name) const {
+        auto it = sizes_.find(name);
+        return it == sizes_.end() ? 0 : it->second;
+    }
     const std::string& build_id() const { return build_id_; }
     bool has_debug_info() const { return has_debug_info_; }
     bool has_symtab() const { return has_symtab_; }
 
 private:
     std::map<std::string, uint64_t> functions_;  // name → file offset
+    std::map<std::string, uint64_t> sizes_;      // name → st_size
     std::string build_id_;
     bool has_debug_info_ = false;
     bool has_symtab_ = false;

@@ -90,8 +90,8 @@ struct ProbeAttacher::OpLibrary {
     std::shared_ptr<ElfSymbols> symbols;
 };
 
-ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, store::Database& db)
-    : skel_(skel), pid_(pid), level_(level), db_(db), layout_(GgmlLayout::builtin()) {
+ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::Database& db)
+    : skel_(skel), pid_(pid), level_(level), wait_(wait), db_(db), layout_(GgmlLayout::builtin()) {
     skel_->bss->layout = layout_.offsets;
 }
 
@@ -169,7 +169,21 @@ void ProbeAttacher::update_layout() {
 void ProbeAttacher::attach_new_libraries() {
     std::vector<std::string> fatal;
     std::vector<MappedLibrary> fresh;
-    for (const auto& lib : mapped_libraries(pid_)) {
+    const auto mapped = mapped_libraries(pid_);
+    // Whatever happens below, the sampled split classifies by what is mapped now (a
+    // dlclose'd CPU variant's code is no longer barrier code).
+    struct Ranges {
+        ProbeAttacher& p;
+        const std::vector<MappedLibrary>& m;
+        ~Ranges() {
+            try {
+                p.update_wait_ranges(m);
+            } catch (...) {
+                // only the meta line can fail (a full disk): the consumer reports that
+            }
+        }
+    } ranges{*this, mapped};
+    for (const auto& lib : mapped) {
         if (lib.role == LibRole::Other || libraries_.count(lib.path)) continue;
         libraries_[lib.path] = lib.role;
         fresh.push_back(lib);
@@ -177,7 +191,7 @@ void ProbeAttacher::attach_new_libraries() {
     if (fresh.empty()) return;
     std::map<fs::path, std::shared_ptr<ElfSymbols>> elf;
     for (const auto& lib : fresh) {
-        elf[lib.path] = std::make_shared<ElfSymbols>(lib.path);
+        elf[lib.path] = elf_[lib.path] = std::make_shared<ElfSymbols>(lib.path);
         debug_info_[lib.path] = elf[lib.path]->has_debug_info();
         store::Statement st(db_.handle(),
                             "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
@@ -199,6 +213,7 @@ void ProbeAttacher::attach_new_libraries() {
         }
         for (const auto& p : kProbes) {
             if (p.role != lib.role || p.group > max_group(level_)) continue;
+            if (p.group == Group::Wait && !barrier_probes()) continue;
             if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
             if (is_op_group(p.group) && strategy == OpStrategy::None) continue;
             const char* kind = p.retprobe ? "uretprobe" : "uprobe";
@@ -223,6 +238,36 @@ void ProbeAttacher::attach_new_libraries() {
     if (!fatal.empty()) throw Error(fatal.front());
 }
 
+bool ProbeAttacher::barrier_probes() const {
+    return level_ == TraceLevel::Full && (wait_ == WaitMethod::Exact || wait_ == WaitMethod::Both);
+}
+
+bool ProbeAttacher::wait_samples() const {
+    return level_ == TraceLevel::Full && (wait_ == WaitMethod::Sampled || wait_ == WaitMethod::Both);
+}
+
+// Barrier code in the target now: ggml_barrier of every mapped libggml-cpu, and the text
+// of libgomp (with OpenMP, ggml_barrier is `#pragma omp barrier`, and the threads spin in
+// libgomp; ggml uses OpenMP for nothing but its parallel region and barriers).
+void ProbeAttacher::update_wait_ranges(const std::vector<MappedLibrary>& mapped) {
+    if (!wait_samples()) return;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (const auto& lib : mapped) {
+        if (lib.path.filename().string().rfind("libgomp", 0) == 0) {
+            for (const auto& s : lib.exec) ranges.emplace_back(s.start, s.end);
+        } else if (lib.role == LibRole::GgmlCpu && elf_.count(lib.path)) {
+            const auto& sym = *elf_.at(lib.path);
+            const uint64_t at = lib.address_of(sym.file_offset("ggml_barrier"));
+            if (at && sym.function_size("ggml_barrier")) ranges.emplace_back(at, at + sym.function_size("ggml_barrier"));
+        }
+    }
+    const size_t n = std::min<size_t>(ranges.size(), PI_WAIT_RANGES);
+    skel_->bss->n_wait_ranges = 0;  // no sample reads a half-written table as complete
+    for (size_t i = 0; i < n; ++i) skel_->bss->wait_ranges[i] = {ranges[i].first, ranges[i].second};
+    __atomic_store_n(&skel_->bss->n_wait_ranges, uint32_t(n), __ATOMIC_RELEASE);
+    db_.set_meta("wait_ranges", std::to_string(n));
+}
+
 void ProbeAttacher::set_ops_attached(bool on) {
     if (on == ops_attached_) return;
     ops_attached_ = on;
@@ -238,6 +283,7 @@ void ProbeAttacher::set_ops_attached(bool on) {
         for (const auto& [lib, strategy, sym] : op_libs_)
             for (const auto& p : kProbes) {
                 if (!is_op_group(p.group) || p.group > max_group(level_) || p.role != LibRole::GgmlCpu) continue;
+                if (p.group == Group::Wait && !barrier_probes()) continue;
                 if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
                 if (!sym->has_function(p.symbol)) continue;
                 if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))

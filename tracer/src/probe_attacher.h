@@ -27,7 +27,7 @@ class ElfSymbols;
 class ProbeAttacher {
 public:
     // SKEL opened (not necessarily loaded yet); its layout global is kept up to date.
-    ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, store::Database& db);
+    ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::Database& db);
     ~ProbeAttacher();
     ProbeAttacher(const ProbeAttacher&) = delete;
     ProbeAttacher& operator=(const ProbeAttacher&) = delete;
@@ -47,6 +47,11 @@ public:
     void set_ops_attached(bool on);
     bool ops_attached() const { return ops_attached_; }
 
+    // At --level full: a probe on every ggml_barrier (exact, both), CPU-clock samples
+    // classified by IP (sampled, both).
+    bool barrier_probes() const;
+    bool wait_samples() const;
+
     // Every probe goes, at once. Safe to call more than once.
     void detach_all();
 
@@ -58,16 +63,19 @@ private:
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
                       const std::string& reason);
     void update_layout();
+    void update_wait_ranges(const std::vector<MappedLibrary>& mapped);
 
     tracer_bpf* skel_;
     pid_t pid_;
     TraceLevel level_;
+    WaitMethod wait_;
     store::Database& db_;
     GgmlLayout layout_;
     std::vector<Attached> attached_;
     std::vector<OpLibrary> op_libs_;
     std::map<std::filesystem::path, LibRole> libraries_;
     std::map<std::filesystem::path, bool> debug_info_;
+    std::map<std::filesystem::path, std::shared_ptr<ElfSymbols>> elf_;
     size_t dwarf_libs_used_ = 0;
     bool ops_attached_ = true;
 };

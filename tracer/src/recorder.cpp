@@ -3,6 +3,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <signal.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <poll.h>
 #include <unistd.h>
@@ -52,6 +54,22 @@ const char* to_string(TraceLevel l) {
         case TraceLevel::Graph: return "graph";
         case TraceLevel::Op: return "op";
         case TraceLevel::Full: return "full";
+    }
+    return "?";
+}
+
+WaitMethod parse_wait_method(const std::string& s) {
+    if (s == "sampled") return WaitMethod::Sampled;
+    if (s == "exact") return WaitMethod::Exact;
+    if (s == "both") return WaitMethod::Both;
+    throw Error("unknown wait method '" + s + "' (sampled, exact, both)");
+}
+
+const char* to_string(WaitMethod w) {
+    switch (w) {
+        case WaitMethod::Sampled: return "sampled";
+        case WaitMethod::Exact: return "exact";
+        case WaitMethod::Both: return "both";
     }
     return "?";
 }
@@ -275,6 +293,7 @@ private:
     // Detaches every probe, then resumes the target if a loader stop of ours may still
     // hold it. Safe to call more than once.
     void release_target() {
+        close_wait_sampler();
         if (probes_) probes_->detach_all();
         if (skel_ && pid_ > 0 && skel_->bss->library_stops != stops_resumed_) {
             stops_resumed_ = skel_->bss->library_stops;
@@ -352,12 +371,13 @@ private:
         bpf_map__set_max_entries(skel_->maps.thread_states,
                                  slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
         skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
-        probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, *db_);
+        probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, opts_.wait, *db_);
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;
         // sched_switch also keeps per-node counters right across CPU migrations.
         bpf_program__set_autoload(skel_->progs.sched_switch, sched || n_active > 0);
         bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
+        bpf_program__set_autoload(skel_->progs.wait_sample, probes_->wait_samples());
         int err = tracer_bpf__load(skel_);
         if (err) {
             if (err == -EPERM || err == -EACCES)
@@ -372,11 +392,46 @@ private:
                 if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
                     throw_errno("installing counter " + counters_->active()[c]->name);
             }
+        if (probes_->wait_samples()) open_wait_sampler();
         for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
                                   std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
                                   std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
             if (bpf_program__autoload(prog)) probes_->attach_tracepoint(prog, name);
         }
+    }
+
+    // --wait sampled: a CPU-clock sampling event on every CPU, each running wait_sample.
+    void open_wait_sampler() {
+        if (opts_.sample_hz < 1 || opts_.sample_hz > 20000)
+            throw Error("--sample-hz must be 1 to 20000, not " + std::to_string(opts_.sample_hz));
+        set_meta("wait_method", to_string(opts_.wait));
+        set_meta("sample_hz", std::to_string(opts_.sample_hz));
+        for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
+            perf_event_attr a{};
+            a.size = sizeof a;
+            a.type = PERF_TYPE_SOFTWARE;
+            a.config = PERF_COUNT_SW_CPU_CLOCK;
+            // cpu-clock counts nanoseconds; a few µs off the round period so that samples do
+            // not run in step with the scheduler tick or other round-period timers.
+            a.sample_period = 1000000000ull / opts_.sample_hz + 1237;
+            int fd = int(syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd < 0) {
+                if (errno == ENODEV || errno == EINVAL) continue;  // a possible CPU that is offline
+                throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (--wait sampled)");
+            }
+            bpf_link* l = bpf_program__attach_perf_event(skel_->progs.wait_sample, fd);
+            if (!l) {
+                int err = errno;
+                ::close(fd);
+                throw Error(std::string("attaching the wait sampler: ") + std::strerror(err));
+            }
+            sample_links_.push_back(l);  // the link owns the fd
+        }
+    }
+
+    void close_wait_sampler() {
+        for (bpf_link* l : sample_links_) bpf_link__destroy(l);
+        sample_links_.clear();
     }
 
     void apply_qos() {
@@ -516,6 +571,7 @@ private:
     pid_t pid_ = -1;
     std::atomic<uint64_t> stops_resumed_{0};  // library_stops when we last sent SIGCONT
     std::unique_ptr<ConsumerPriority> priority_;
+    std::vector<bpf_link*> sample_links_;
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;

@@ -47,9 +47,20 @@ std::vector<MappedLibrary> mapped_libraries(pid_t pid) {
         std::getline(ls >> std::ws, path);
         if (path.empty() || path[0] != '/' || perms.size() < 3 || perms[2] != 'x') continue;
         if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
-        if (seen.insert(path).second) out.push_back({path, classify_library(path)});
+        const auto dash = range.find('-');
+        const MappedLibrary::Segment seg{std::stoull(range.substr(0, dash), nullptr, 16),
+                                         std::stoull(range.substr(dash + 1), nullptr, 16), std::stoull(offset, nullptr, 16)};
+        if (seen.insert(path).second) out.push_back({path, classify_library(path), {}});
+        for (auto& lib : out)
+            if (lib.path == path) lib.exec.push_back(seg);
     }
     return out;
+}
+
+uint64_t MappedLibrary::address_of(uint64_t file_offset) const {
+    for (const auto& s : exec)
+        if (file_offset >= s.offset && file_offset < s.offset + (s.end - s.start)) return s.start + (file_offset - s.offset);
+    return 0;
 }
 
 fs::path own_dynamic_loader() {

@@ -1,6 +1,8 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +18,12 @@ LibRole classify_library(const std::filesystem::path& path);
 struct MappedLibrary {
     std::filesystem::path path;
     LibRole role;
+    struct Segment {
+        uint64_t start, end, offset;  // addresses [start, end) map the file from offset
+    };
+    std::vector<Segment> exec;  // its executable mappings
+    // Where the byte at FILE_OFFSET of the file is in the process (0 if not mapped).
+    uint64_t address_of(uint64_t file_offset) const;
 };
 
 // Executable file mappings of PID, each path once, in the order of /proc/PID/maps.

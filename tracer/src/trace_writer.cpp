@@ -25,6 +25,7 @@ struct TraceWriter::Statements {
           node_src(db,
                    "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
+          op_samples(db, "INSERT INTO op_samples(op_id, samples, wait_samples, barrier_state_samples) VALUES (?,?,?,?)"),
           expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
           sw(db,
              "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
@@ -32,7 +33,7 @@ struct TraceWriter::Statements {
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
                "VALUES (?,?,?,?,?,?,?)") {}
-    store::Statement token, graph, op, node, node_src, expert, sw, wake;
+    store::Statement token, graph, op, node, node_src, op_samples, expert, sw, wake;
 };
 
 namespace {
@@ -99,6 +100,12 @@ void TraceWriter::write_op(const pi_op_entry& e, uint32_t tid) {
     for (int c = 0; c < PI_MAX_COUNTERS; ++c)
         e.counters[c] == ~0ULL ? s.bind_null(13 + c) : s.bind(13 + c, i64(e.counters[c]));
     s.run();
+    if (e.samples)
+        st_->op_samples.bind(1, int64_t{sqlite3_last_insert_rowid(db_.handle())})
+            .bind(2, int64_t{e.samples})
+            .bind(3, int64_t{e.wait_samples})
+            .bind(4, int64_t{e.barrier_state_samples})
+            .run();
 }
 
 // The kernel side sends a node's details once per tensor and change; every graph that

@@ -23,4 +23,8 @@ struct Table {
 // BY: op-type, op, token, thread, expert. Throws profinfer::Error for another.
 Table stats_table(const std::filesystem::path& db, const std::string& by);
 
+// The Wilson score interval of a proportion K/N (95 % at z = 1.96): for shares estimated
+// from samples (--wait sampled).
+std::pair<double, double> wilson_interval(int64_t k, int64_t n, double z = 1.96);
+
 }  // namespace profinfer

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 4
+#define PI_EVENTS_VERSION 5
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -17,6 +17,7 @@
 #define PI_NAME_LEN 64      /* GGML_MAX_NAME */
 #define PI_MAX_EXPERT_IDS 64
 #define PI_COMM_LEN 16
+#define PI_WAIT_RANGES 32 /* code ranges where a sampled thread counts as waiting */
 #define PI_OP_BATCH 16  /* node records per PI_EV_OP record (one ring-buffer reservation) */
 
 enum pi_event_kind {
@@ -82,11 +83,22 @@ struct pi_op_entry {
 	__u64 tensor;       /* address of the node's ggml_tensor */
 	__u64 fused_tensor; /* second node of a fused kernel, else 0 */
 	__s32 ith, nth;
-	__u32 barriers;     /* ggml_barrier calls within the node (intra-op sync) */
+	__u16 barriers;     /* ggml_barrier calls within the node (intra-op sync) */
+	/* --wait both: samples taken after the thread's first barrier call in the node (the
+	 * exact probes' view: with one barrier, its wait), to check the IP classification on
+	 * the very same samples. */
+	__u16 barrier_state_samples;
 	__u32 start_cpu;
 	__u32 end_cpu;
-	__u32 reserved;
+	/* CPU-clock samples that found the thread in this node, and those of them whose
+	 * user IP was inside a barrier's code (ggml_barrier, libgomp): --wait sampled. */
+	__u16 samples, wait_samples;
 	__u64 counters[PI_MAX_COUNTERS]; /* deltas; valid when the thread stayed on one CPU */
+};
+
+/* Code addresses [lo, hi) where a sampled thread counts as waiting (--wait sampled). */
+struct pi_wait_range {
+	__u64 lo, hi;
 };
 
 /* A thread's finished nodes, sent together: one reservation per PI_OP_BATCH nodes instead

@@ -18,6 +18,15 @@ enum class SchedPeers { None, Comm, Full };
 SchedPeers parse_sched_peers(const std::string& s);
 const char* to_string(SchedPeers p);
 
+// How --level full splits a thread's part of a node into compute and wait: sampled (a
+// CPU-clock sample at SAMPLE_HZ per CPU classifies the running thread by its user IP:
+// in barrier code or not), exact (a probe on every ggml_barrier call: about ten times
+// dearer), or both (the two in one run, to measure how far the sampled split is from the
+// exact one).
+enum class WaitMethod { Sampled, Exact, Both };
+WaitMethod parse_wait_method(const std::string& s);
+const char* to_string(WaitMethod w);
+
 struct RecordOptions {
     std::filesystem::path output = "run.db";
     TraceLevel level = TraceLevel::Token;
@@ -28,6 +37,8 @@ struct RecordOptions {
     double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
     size_t buffer_kb = 64 << 10;  // ring buffer size
     SchedPeers sched_peers = SchedPeers::Comm;
+    WaitMethod wait = WaitMethod::Sampled;  // at --level full
+    unsigned sample_hz = 250;
     // The recorder's reading and writing at SCHED_IDLE (raised while the ring buffer fills,
     // the target waits at a loader stop or a signal is pending), or at normal priority.
     bool idle_consumer = true;
