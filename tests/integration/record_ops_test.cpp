@@ -163,7 +163,7 @@ TEST(RecordFull, ExpertIdsMatchLlamaCppsRouting) {
 TEST(RecordFull, SchedulerEventsOfTargetThreads) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto rec = record(d, {"--level", "full"},
+    auto rec = record(d, {"--level", "full", "--wait", "exact"},
                       {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "16", "Hello"});
     ASSERT_EQ(rec.result.status, 0) << rec.result.err;
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
@@ -174,7 +174,7 @@ TEST(RecordFull, SchedulerEventsOfTargetThreads) {
               0);
     EXPECT_GT(db.scalar("SELECT count(*) FROM sched_wakeup"), 0);
     EXPECT_GT(db.scalar("SELECT count(*) FROM sched_switch WHERE next_comm != '' AND prev_comm != ''"), 0);
-    // Full level splits each thread's part of a node into compute and wait (barriers).
+    // --wait exact splits each thread's part of a node into compute and wait (barriers).
     EXPECT_EQ(db.scalar("SELECT count(*) FROM ops WHERE barriers < 1 AND nth > 1"), 0);
     EXPECT_GT(db.scalar("SELECT sum(end_ns - compute_end_ns) FROM ops"), 0);
     EXPECT_GT(db.scalar("SELECT sum(compute_end_ns - start_ns) FROM ops"), db.scalar("SELECT sum(end_ns - compute_end_ns) FROM ops") / 100);
