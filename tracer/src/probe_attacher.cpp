@@ -265,7 +265,8 @@ void ProbeAttacher::update_wait_ranges(const std::vector<MappedLibrary>& mapped)
     skel_->bss->n_wait_ranges = 0;  // no sample reads a half-written table as complete
     for (size_t i = 0; i < n; ++i) skel_->bss->wait_ranges[i] = {ranges[i].first, ranges[i].second};
     __atomic_store_n(&skel_->bss->n_wait_ranges, uint32_t(n), __ATOMIC_RELEASE);
-    db_.set_meta("wait_ranges", std::to_string(n));
+    if (n != wait_ranges_stored_) db_.set_meta("wait_ranges", std::to_string(n));  // not at every loader stop
+    wait_ranges_stored_ = n;
 }
 
 void ProbeAttacher::set_ops_attached(bool on) {

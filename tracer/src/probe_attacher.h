@@ -77,6 +77,7 @@ private:
     std::map<std::filesystem::path, bool> debug_info_;
     std::map<std::filesystem::path, std::shared_ptr<ElfSymbols>> elf_;
     size_t dwarf_libs_used_ = 0;
+    size_t wait_ranges_stored_ = size_t(-1);  // meta.wait_ranges as last written
     bool ops_attached_ = true;
 };
 
