@@ -35,6 +35,13 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--qos-min-tps", opts->qos_min_tps,
                     "Detach the operator probes while decode is slower than this many tokens/s; re-attach when the "
                     "untraced speed is 20% above it");
+    cmd->add_option("--budget", opts->budget_pct,
+                    "Keep the operator level's cost under PCT % of decode time: operators are traced on windows of "
+                    "4 decode calls, the probes detached in between for as many calls as the cost measured on this "
+                    "run allows (every call when it fits); the untraced calls are listed in the DB and left out of "
+                    "operator figures (--level op or full)")
+        ->check(CLI::Range(0.01, 100.0))
+        ->excludes("--qos-min-tps");
     auto buffer_mb = std::make_shared<size_t>(64);
     auto* mb = cmd->add_option("--buffer-mb", *buffer_mb, "Ring buffer size in MiB (power of two, 1 to 1024)")
                    ->capture_default_str();

@@ -23,17 +23,7 @@ TARGETS=(llama-simple llama-bench llama-completion llama-quantize llama-eval-cal
 say() { echo "profinfer[llama]: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-npm_unpack() { # package dest
-  local pkg=$1 dest=$2 tmp
-  [[ -d $dest ]] && return 0
-  command -v npm >/dev/null || die "npm is not installed (needed to fetch $pkg)"
-  tmp=$(mktemp -d)
-  say "fetching $pkg from the npm registry"
-  (cd "$tmp" && npm pack --silent "$pkg" >/dev/null) || die "npm pack $pkg failed"
-  mkdir -p "$tmp/x" && tar -xzf "$tmp"/*.tgz -C "$tmp/x"
-  mkdir -p "$(dirname "$dest")" && mv "$tmp/x/package" "$dest"
-  rm -rf "$tmp"
-}
+npm_unpack() { "$(dirname "${BASH_SOURCE[0]}")/npm-unpack.sh" "$@" || die "could not fetch $1"; }
 
 ensure_source() {
   local src=$ROOT/src

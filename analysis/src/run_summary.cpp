@@ -1,3 +1,4 @@
+#include <cstdio>
 #include "profinfer/run_summary.h"
 
 #include <algorithm>
@@ -6,6 +7,23 @@
 #include "profinfer/store.h"
 
 namespace profinfer {
+
+std::string operator_sampling_note(store::Database& db) {
+    const int64_t left_out = db.scalar("SELECT count(*) FROM calls WHERE NOT ops_traced");
+    if (left_out == 0) return "";
+    const int64_t calls = db.scalar("SELECT count(*) FROM calls");
+    const auto meta = db.meta();
+    auto budget = meta.find("budget_pct");
+    std::string why = budget != meta.end() ? "--budget " + [&] {
+        char b[32];
+        std::snprintf(b, sizeof b, "%g", std::stod(budget->second));
+        return std::string(b);
+    }() + " %"
+                                           : std::string("the QoS controller (--qos-min-tps)");
+    return "profinfer: sampled operators: recorded on " + std::to_string(calls - left_out) + " of " +
+           std::to_string(calls) + " llama_decode calls (" + why +
+           "); operator figures describe those calls, token figures all of them";
+}
 
 RunSummary RunSummary::load(const std::filesystem::path& path) {
     store::Database db(path, store::Database::Mode::ReadOnly);
@@ -16,6 +34,7 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
     s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM calls");
     s.prefill_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'prefill'");
     s.decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
+    s.ops_untraced_calls = db.scalar("SELECT count(*) FROM calls WHERE NOT ops_traced");
     s.graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'backend'");
     s.cpu_graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'cpu'");
     s.operators = db.scalar("SELECT count(*) FROM call_nodes");
@@ -69,6 +88,7 @@ nlohmann::json RunSummary::to_json() const {
         {"tokens", tokens},
         {"prefill_calls", prefill_calls},
         {"decode_calls", decode_calls},
+        {"ops_untraced_calls", ops_untraced_calls},
         {"graphs", graphs},
         {"cpu_graphs", cpu_graphs},
         {"operators", operators},
@@ -106,6 +126,10 @@ std::string RunSummary::to_text() const {
       << "tokens          " << tokens << "\n"
       << "prefill calls   " << prefill_calls << "\n"
       << "decode calls    " << decode_calls << "\n"
+      << (ops_untraced_calls ? "operator calls  " + std::to_string(prefill_calls + decode_calls - ops_untraced_calls) +
+                                   " calls with operators recorded (" + std::to_string(ops_untraced_calls) +
+                                   " left out by " + (meta.count("budget_pct") ? "--budget" : "--qos-min-tps") + ")\n"
+                             : "")
       << "graphs          " << graphs << " (CPU graphs " << cpu_graphs << ")\n"
       << "operators       " << operators << " nodes, " << op_records << " per-thread records, " << op_types
       << " op types, " << thread_slots << " thread slots (ith) on " << threads << " OS threads\n"

@@ -10,10 +10,13 @@
 
 -- One row per llama_decode call, numbered from 0 in time order. phase: prefill when the
 -- batch held more than one token, decode for one, unknown when it could not be read.
+-- ops_traced: 0 when an operator gate (--budget, --qos-min-tps) left the call's operators
+-- out (table ops_untraced); such calls are in no operator view below.
 CREATE TEMP TABLE calls AS
 SELECT row_number() OVER (ORDER BY start_ns, id) - 1 AS call, id AS token_id, pid, tid, cpu, start_ns, end_ns,
        end_ns - start_ns AS dur_ns, n_tokens, ret,
-       CASE WHEN n_tokens > 1 THEN 'prefill' WHEN n_tokens = 1 THEN 'decode' ELSE 'unknown' END AS phase
+       CASE WHEN n_tokens > 1 THEN 'prefill' WHEN n_tokens = 1 THEN 'decode' ELSE 'unknown' END AS phase,
+       id NOT IN (SELECT token_id FROM ops_untraced) AS ops_traced
 FROM tokens;
 CREATE UNIQUE INDEX temp.calls_call ON calls(call);
 CREATE INDEX temp.calls_start ON calls(start_ns);
@@ -24,7 +27,7 @@ CREATE INDEX temp.calls_start ON calls(start_ns);
 -- view below: work in flight at attach time is not recorded.
 CREATE TEMP TABLE call_graphs AS
 SELECT g.seq AS graph_seq, c.call, c.phase, g.api, g.tid, g.start_ns, g.end_ns, g.cgraph, g.n_nodes,
-       coalesce(g.backend_name, g.backend_guid) AS backend
+       coalesce(g.backend_name, g.backend_guid) AS backend, c.ops_traced
 FROM graphs g JOIN calls c ON c.call = (SELECT call FROM calls WHERE start_ns <= g.start_ns ORDER BY start_ns DESC LIMIT 1)
 WHERE g.end_ns <= c.end_ns;
 CREATE UNIQUE INDEX temp.call_graphs_seq ON call_graphs(graph_seq);
@@ -58,7 +61,7 @@ SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.n
        coalesce(s.samples, 0) AS samples, coalesce(s.wait_samples, 0) AS wait_samples,
        coalesce(s.barrier_state_samples, 0) AS barrier_state_samples,
        o.c0, o.c1, o.c2, o.c3, o.c4, o.c5  -- every counter column (store.h: kCounterSlots)
-FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq
+FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq AND cg.ops_traced
      JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor
      LEFT JOIN op_samples s ON s.op_id = o.id;
 
@@ -80,7 +83,7 @@ SELECT w.graph_seq, cg.call, cg.phase, w.tensor, n.op, n.name, n.base, n.layer, 
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns)) AS end_ns,
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns))
          - max(w.first_start, cg.start_ns) AS dur_ns
-FROM w JOIN call_graphs cg ON cg.graph_seq = w.graph_seq
+FROM w JOIN call_graphs cg ON cg.graph_seq = w.graph_seq AND cg.ops_traced
      JOIN node_names n ON n.graph_seq = w.graph_seq AND n.tensor = w.tensor;
 
 -- The nodes of recorded calls (fused partners included): what `operators` counts.

@@ -142,7 +142,13 @@ CREATE TABLE sched_wakeup (
   waker_tgid INTEGER NOT NULL,
   waker_comm TEXT NOT NULL
 );
--- What the QoS controller did: detach or attach the operator probes.
+-- The llama_decode calls (tokens.id) whose operators were not recorded because an operator
+-- gate (--budget, --qos-min-tps) had switched the operator probes off, or switched them
+-- during the call: the analysis leaves these calls out of every operator figure.
+CREATE TABLE ops_untraced (
+  token_id INTEGER PRIMARY KEY
+);
+-- What the operator gate (--qos-min-tps, --budget) did: detach or attach the operator probes.
 CREATE TABLE qos_events (
   ts_ns  INTEGER NOT NULL,
   action TEXT NOT NULL,

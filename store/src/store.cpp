@@ -166,6 +166,8 @@ void Database::initialise(Mode mode) {
         if (v < 4)  // before sampled waits: none recorded
             exec("CREATE TEMP TABLE op_samples (op_id INTEGER PRIMARY KEY, samples INTEGER NOT NULL, "
                  "wait_samples INTEGER NOT NULL, barrier_state_samples INTEGER NOT NULL)");
+        if (v < 5)  // before --budget: every call's operators recorded
+            exec("CREATE TEMP TABLE ops_untraced (token_id INTEGER PRIMARY KEY)");
         exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }
 }

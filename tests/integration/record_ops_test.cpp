@@ -328,3 +328,42 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
                        "(SELECT min(ts_ns) FROM qos_events WHERE action = 'attach')"),
               0);
 }
+
+// --budget: operators are recorded on windows of whole decode calls, the probes detached in
+// between; the calls left out are listed (ops_untraced) and no operator view counts them.
+TEST(RecordBudget, RecordsWholeCallsOnWindowsAndListsTheRest) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op", "--budget", "1"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "1000", "Hello"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    const int64_t detaches = db.scalar("SELECT count(*) FROM qos_events WHERE action = 'detach'");
+    const int64_t attaches = db.scalar("SELECT count(*) FROM qos_events WHERE action = 'attach'");
+    // A window, a gap, another window: the tiny model decodes a call in ~2 ms, so the
+    // consumer's latency makes windows longer than 4 calls, but 1000 calls hold two.
+    EXPECT_GE(detaches, 1);
+    EXPECT_GE(attaches, 1);
+    const int64_t decode = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
+    const int64_t traced = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode' AND ops_traced");
+    EXPECT_GT(traced, 4);
+    EXPECT_LT(traced, decode);
+    // Every decode call counted as traced has all its nodes: the same count in each.
+    const std::string per_call =
+        "(SELECT c.call, count(t.tensor) AS n FROM calls c LEFT JOIN node_times t ON t.call = c.call "
+        "WHERE c.phase = 'decode' AND c.ops_traced GROUP BY c.call)";
+    EXPECT_GT(db.scalar("SELECT min(n) FROM " + per_call), 0);
+    EXPECT_EQ(db.scalar("SELECT min(n) FROM " + per_call), db.scalar("SELECT max(n) FROM " + per_call));
+    // Probes go in between calls: a left-out call has operator records only when the probes
+    // went out during it (once per detach), never when they came back in.
+    EXPECT_LE(db.scalar("SELECT count(DISTINCT cg.call) FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq "
+                        "WHERE NOT cg.ops_traced"),
+              detaches);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM node_times t JOIN calls c ON c.call = t.call WHERE NOT c.ops_traced"), 0);
+    auto stat = run({profinfer_bin(), "stat", rec.db.string()});
+    EXPECT_EQ(stat.status, 0);
+    EXPECT_NE(stat.err.find("sampled operators: recorded on " + std::to_string(traced + db.scalar(
+                                "SELECT count(*) FROM calls WHERE phase != 'decode' AND ops_traced"))),
+              std::string::npos)
+        << stat.err;
+}

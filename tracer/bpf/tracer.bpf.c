@@ -45,9 +45,13 @@ __u64 dropped[PI_DROP_KIND_MAX] = {};
  * target whenever it sees this move (the library record is only the wake-up), and once
  * more on every exit path if it moved since. */
 __u64 library_stops = 0;
-/* Operator probes are live only while this is set (the QoS controller clears it
- * between detaching and re-attaching them). */
+/* Operator probes are live only while this is set (the operator gate — QoS, budget —
+ * clears it before detaching them and sets it after re-attaching them). */
 bool ops_enabled = true;
+/* ops_enabled as it was when the current llama_decode call began: probes switched on in
+ * the middle of a call record nothing until the next call, so a call's operators are
+ * recorded whole or (PI_TOKEN_OPS_OFF) not at all. */
+bool call_ops = true;
 __u64 graph_counter = 0;
 __u64 current_graph_seq = 0;
 
@@ -98,6 +102,7 @@ static __always_inline void *reserve(__u32 kind, __u32 size)
 struct decode_entry {
 	__u64 start_ns;
 	__s32 n_tokens;
+	__u32 ops; /* ops_enabled at entry */
 };
 
 struct {
@@ -116,7 +121,8 @@ int BPF_KPROBE(llama_decode_enter, void *lctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
 		return 0;
-	struct decode_entry e = { .start_ns = bpf_ktime_get_ns(), .n_tokens = -1 };
+	struct decode_entry e = { .start_ns = bpf_ktime_get_ns(), .n_tokens = -1, .ops = ops_enabled };
+	call_ops = ops_enabled;
 #if defined(__TARGET_ARCH_x86)
 	const void *batch = (const void *)(PT_REGS_SP(ctx) + 8);
 #else
@@ -142,6 +148,8 @@ int BPF_KRETPROBE(llama_decode_exit, int ret)
 	struct pi_token_event *ev = reserve(PI_EV_TOKEN, sizeof(*ev));
 	if (ev) {
 		fill_header(&ev->h, PI_EV_TOKEN, sizeof(*ev), pid_tgid);
+		if (!e->ops || !ops_enabled)
+			ev->h.reserved = PI_TOKEN_OPS_OFF;
 		ev->start_ns = e->start_ns;
 		ev->end_ns = now;
 		ev->n_tokens = e->n_tokens;
@@ -575,7 +583,7 @@ static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, __u32 pos, 
 static __always_inline void node_start(const void *params, const void *tensor, const void *fused)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_target(pid_tgid) || !ops_enabled)
+	if (!is_target(pid_tgid) || !ops_enabled || !call_ops)
 		return;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = (__u32)pid_tgid;

@@ -10,8 +10,8 @@
 
 namespace profinfer {
 
-EventConsumer::EventConsumer(int ringbuf_fd, TraceWriter& writer, QosController& qos, const ProbeAttacher& probes)
-    : writer_(writer), qos_(qos), probes_(probes) {
+EventConsumer::EventConsumer(int ringbuf_fd, TraceWriter& writer, OperatorGate* gate, const ProbeAttacher& probes)
+    : writer_(writer), gate_(gate), probes_(probes) {
     rb_ = ring_buffer__new(ringbuf_fd, &EventConsumer::on_event, this, nullptr);
     if (!rb_) throw_errno("creating the ring buffer consumer");
 }
@@ -34,11 +34,12 @@ int EventConsumer::handle(const void* data, size_t size) {
         error_ = e.what();
         return -1;  // stops ring_buffer__poll
     }
-    if (size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
+    if (gate_ && size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
         auto* t = static_cast<const pi_token_event*>(data);
         if (t->n_tokens == 1) {
-            auto action = qos_.on_decode(t->end_ns - t->start_ns, t->end_ns, probes_.ops_attached());
-            if (action != QosController::Action::None) qos_action_ = action;
+            auto action = gate_->on_decode(t->end_ns - t->start_ns, t->end_ns, probes_.ops_attached(),
+                                           !(t->h.reserved & PI_TOKEN_OPS_OFF));
+            if (action != OperatorGate::Action::None) gate_action_ = action;
         }
     }
     return 0;
@@ -68,9 +69,9 @@ bool EventConsumer::take_library_changed() {
     return changed;
 }
 
-std::optional<QosController::Action> EventConsumer::take_qos_action() {
-    auto a = qos_action_;
-    qos_action_.reset();
+std::optional<OperatorGate::Action> EventConsumer::take_gate_action() {
+    auto a = gate_action_;
+    gate_action_.reset();
     return a;
 }
 

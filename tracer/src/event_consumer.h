@@ -1,12 +1,12 @@
 #pragma once
 // The ring buffer's reader: every record goes to the TraceWriter; loader stops and decode
-// speeds are noted for the recorder and the QoS controller. Its one failure — a record it
+// speeds go to the operator gate (QoS or budget), if any. Its one failure — a record it
 // cannot store (a full disk, a layout that reads garbage) — comes out of poll() and drain()
 // as profinfer::Error; what happens to the target then is the recorder's decision.
 #include <optional>
 
 #include "probe_attacher.h"
-#include "qos_controller.h"
+#include "operator_gate.h"
 #include "trace_writer.h"
 
 struct ring_buffer;
@@ -15,7 +15,8 @@ namespace profinfer {
 
 class EventConsumer {
 public:
-    EventConsumer(int ringbuf_fd, TraceWriter& writer, QosController& qos, const ProbeAttacher& probes);
+    // GATE: nullptr when the operator probes are never switched.
+    EventConsumer(int ringbuf_fd, TraceWriter& writer, OperatorGate* gate, const ProbeAttacher& probes);
     ~EventConsumer();
     EventConsumer(const EventConsumer&) = delete;
     EventConsumer& operator=(const EventConsumer&) = delete;
@@ -26,8 +27,8 @@ public:
     void drain();
     // A loader stop was reported since the last call (the target waits, stopped).
     bool take_library_changed();
-    // What the QoS controller decided since the last call.
-    std::optional<QosController::Action> take_qos_action();
+    // What the operator gate decided since the last call.
+    std::optional<OperatorGate::Action> take_gate_action();
 
 private:
     static int on_event(void* self, void* data, size_t size);
@@ -36,11 +37,11 @@ private:
 
     ring_buffer* rb_ = nullptr;
     TraceWriter& writer_;
-    QosController& qos_;
+    OperatorGate* gate_;
     const ProbeAttacher& probes_;
     std::string error_;
     bool library_changed_ = false;
-    std::optional<QosController::Action> qos_action_;
+    std::optional<OperatorGate::Action> gate_action_;
 };
 
 }  // namespace profinfer

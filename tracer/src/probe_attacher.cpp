@@ -1,10 +1,12 @@
 #include "probe_attacher.h"
 
+#include <thread>
 #include <bpf/libbpf.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "elf_symbols.h"
 #include "profinfer/error.h"
@@ -97,9 +99,22 @@ ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, Wait
 
 ProbeAttacher::~ProbeAttacher() { detach_all(); }
 
+namespace {
+// Closing a uprobe waits for the kernel's grace period, about 0.1 s each here (strace:
+// close of a uprobe perf event 96-116 ms, Linux 6.18): one closing thread per link lets
+// the waits overlap.
+void destroy_links(const std::vector<bpf_link*>& links) {
+    std::vector<std::thread> closers;
+    for (bpf_link* l : links) closers.emplace_back([l] { bpf_link__destroy(l); });
+    for (auto& t : closers) t.join();
+}
+}  // namespace
+
 void ProbeAttacher::detach_all() {
-    for (auto& a : attached_) bpf_link__destroy(a.link);
+    std::vector<bpf_link*> links;
+    for (auto& a : attached_) links.push_back(a.link);
     attached_.clear();
+    destroy_links(links);
 }
 
 void ProbeAttacher::attach_tracepoint(bpf_program* prog, const char* name) {
@@ -272,14 +287,18 @@ void ProbeAttacher::update_wait_ranges(const std::vector<MappedLibrary>& mapped)
 void ProbeAttacher::set_ops_attached(bool on) {
     if (on == ops_attached_) return;
     ops_attached_ = on;
-    skel_->data->ops_enabled = on;
+    // Off before the probes go, on after they are all in: a call that begins in between
+    // records no operator (the BPF side latches ops_enabled per llama_decode call).
+    if (!on) skel_->data->ops_enabled = false;
     if (!on) {
-        auto it = std::remove_if(attached_.begin(), attached_.end(), [](const Attached& a) {
+        std::vector<bpf_link*> links;
+        auto it = std::remove_if(attached_.begin(), attached_.end(), [&](const Attached& a) {
             if (!a.probe || !is_op_group(a.probe->group)) return false;
-            bpf_link__destroy(a.link);
+            links.push_back(a.link);
             return true;
         });
         attached_.erase(it, attached_.end());
+        destroy_links(links);
     } else {
         for (const auto& [lib, strategy, sym] : op_libs_)
             for (const auto& p : kProbes) {
@@ -290,6 +309,7 @@ void ProbeAttacher::set_ops_attached(bool on) {
                 if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))
                     attached_.push_back({l, &p, lib});
             }
+        skel_->data->ops_enabled = true;
     }
 }
 

@@ -25,6 +25,7 @@
 #include "event_consumer.h"
 #include "launcher.h"
 #include "probe_attacher.h"
+#include "budget_controller.h"
 #include "qos_controller.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
@@ -171,7 +172,16 @@ std::string read_cmdline(pid_t pid) {
 class Recorder {
 public:
     explicit Recorder(const RecordOptions& o)
-        : opts_(o), db_(create_store(o.output)), qos_(o.qos_min_tps) {
+        : opts_(o), db_(create_store(o.output)) {
+        if (o.qos_min_tps > 0 && o.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
+        if (o.budget_pct > 0 && o.level < TraceLevel::Op)
+            throw Error("--budget needs --level op or full (it samples the operator level)");
+        if (o.qos_min_tps > 0) gate_ = std::make_unique<QosController>(o.qos_min_tps);
+        if (o.budget_pct > 0) {
+            auto b = std::make_unique<BudgetController>(o.budget_pct);
+            budget_ = b.get();
+            gate_ = std::move(b);
+        }
         set_meta("status", store::to_string(store::RunStatus::Running));
         // Who is writing: a reader that finds the run still "running" with this process
         // gone knows the recording ended without its bookkeeping (store::run_health).
@@ -191,6 +201,7 @@ public:
         for (const auto& a : o.command) cmd += (cmd.empty() ? "" : " ") + a;
         if (!cmd.empty()) set_meta("command", cmd);
         if (o.qos_min_tps > 0) set_meta("qos_min_tps", std::to_string(o.qos_min_tps));
+        if (o.budget_pct > 0) set_meta("budget_pct", std::to_string(o.budget_pct));
     }
 
     // Every way out passes here: the probes go, then the target goes on.
@@ -216,7 +227,7 @@ public:
         open_counters();
         load_bpf();
         writer_ = std::make_unique<TraceWriter>(*db_, probes_->layout(), opts_.sched_peers);
-        consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(skel_->maps.events), *writer_, qos_, *probes_);
+        consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(skel_->maps.events), *writer_, gate_.get(), *probes_);
         probes_->attach_loader_watch();
         if (opts_.pid) {
             probes_->attach_new_libraries();
@@ -227,9 +238,9 @@ public:
             throw_if_stopped("before the command started; it was not run");
             child_->release();
         }
-        // Idle only from here: attaching (and the first loader stops) at full speed. The QoS
-        // controller must see decode speeds as they happen: with it, normal priority.
-        const bool idle = opts_.idle_consumer && opts_.qos_min_tps <= 0;
+        // Idle only from here: attaching (and the first loader stops) at full speed. An
+        // operator gate (QoS, budget) must see decode calls as they end: with one, normal.
+        const bool idle = opts_.idle_consumer && !gate_;
         priority_ = std::make_unique<ConsumerPriority>(
             idle ? ConsumerPriority::Mode::Idle : ConsumerPriority::Mode::Normal,
             bpf_map__fd(skel_->maps.events), opts_.buffer_kb << 10, [this] {
@@ -435,16 +446,26 @@ private:
     }
 
     void apply_qos() {
-        auto pending = consumer_->take_qos_action();
+        auto pending = consumer_->take_gate_action();
         if (!pending) return;
         const auto action = *pending;
-        probes_->set_ops_attached(action == QosController::Action::Attach);
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);  // the clock of bpf_ktime_get_ns: when it took effect
-        const int64_t ts = int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+        auto monotonic_ns = [] {  // the clock of bpf_ktime_get_ns
+            timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            return int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+        };
+        const int64_t switch_start = monotonic_ns();
+        probes_->set_ops_attached(action == OperatorGate::Action::Attach);
+        const int64_t ts = monotonic_ns();  // when it took effect
+        if (budget_) budget_->note_switch(uint64_t(switch_start), uint64_t(ts));
         store::Statement st(db_->handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
-        st.bind(1, ts).bind(2, std::string(action == QosController::Action::Attach ? "attach" : "detach"));
-        st.bind(3, qos_.tps()).run();
+        st.bind(1, ts).bind(2, std::string(action == OperatorGate::Action::Attach ? "attach" : "detach"));
+        st.bind(3, gate_->tps()).run();
+        if (budget_) {  // what the budget knows so far about this run's cost
+            set_meta("budget_cost_pct", std::to_string(100 * budget_->cost()));
+            set_meta("budget_switch_cost_pct", std::to_string(100 * budget_->switch_cost()));
+            set_meta("budget_gap_calls", std::to_string(budget_->gap()));
+        }
     }
 
     // The consumer cannot store what the probes send (a full disk, a layout that reads
@@ -559,7 +580,8 @@ private:
 
     RecordOptions opts_;
     std::unique_ptr<store::Database> db_;
-    QosController qos_;
+    std::unique_ptr<OperatorGate> gate_;  // --qos-min-tps or --budget, if given
+    BudgetController* budget_ = nullptr;  // gate_, when it is the budget
     std::unique_ptr<PerCpuCounters> counters_;
     int n_cpus_ = 1;
     tracer_bpf* skel_ = nullptr;

@@ -25,6 +25,7 @@ struct TraceWriter::Statements {
           node_src(db,
                    "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
+          ops_untraced(db, "INSERT INTO ops_untraced(token_id) VALUES (?)"),
           op_samples(db, "INSERT INTO op_samples(op_id, samples, wait_samples, barrier_state_samples) VALUES (?,?,?,?)"),
           expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
           sw(db,
@@ -33,7 +34,7 @@ struct TraceWriter::Statements {
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
                "VALUES (?,?,?,?,?,?,?)") {}
-    store::Statement token, graph, op, node, node_src, op_samples, expert, sw, wake;
+    store::Statement token, graph, op, node, node_src, ops_untraced, op_samples, expert, sw, wake;
 };
 
 namespace {
@@ -156,6 +157,8 @@ void TraceWriter::write(const void* data, size_t size) {
             auto& s = st_->token;
             s.bind(1, int64_t{e->h.pid}).bind(2, int64_t{e->h.tid}).bind(3, int64_t{e->h.cpu});
             s.bind(4, i64(e->start_ns)).bind(5, i64(e->end_ns)).bind(6, int64_t{e->n_tokens}).bind(7, int64_t{e->ret}).run();
+            if (e->h.reserved & PI_TOKEN_OPS_OFF)
+                st_->ops_untraced.bind(1, int64_t{sqlite3_last_insert_rowid(db_.handle())}).run();
             break;
         }
         case PI_EV_GRAPH: {

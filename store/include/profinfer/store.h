@@ -14,7 +14,7 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 // Version 2 differs only by two derived columns (tokens.phase, experts.layer) that
 // readers no longer use: it is read through the same derived views.
 constexpr int kOldestReadableSchema = 2;

@@ -50,6 +50,10 @@ struct pi_event_header {
 	__u32 reserved;
 };
 
+/* pi_token_event h.reserved: flags. OPS_OFF: the operator probes were switched off for this
+ * call (--budget, --qos-min-tps) or switched during it: its operators are not (all) recorded. */
+#define PI_TOKEN_OPS_OFF 1u
+
 struct pi_token_event {
 	struct pi_event_header h;
 	__u64 start_ns; /* bpf_ktime_get_ns (CLOCK_MONOTONIC) at entry */

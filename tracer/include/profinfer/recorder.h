@@ -35,6 +35,9 @@ struct RecordOptions {
     std::string board = "host";
     std::string counters;      // comma-separated; empty: the default list at --level full
     double qos_min_tps = 0;    // > 0: detach operator probes while decode is slower
+    // > 0 (a percentage, --level op or full): trace operators on windows of decode calls,
+    // spaced so that their measured cost stays under this share of decode time.
+    double budget_pct = 0;
     size_t buffer_kb = 64 << 10;  // ring buffer size
     SchedPeers sched_peers = SchedPeers::Comm;
     WaitMethod wait = WaitMethod::Sampled;  // at --level full

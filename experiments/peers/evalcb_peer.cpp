@@ -1,0 +1,185 @@
+// evalcb_peer: llama.cpp's own, intrusive way to time operators — the peers of paper
+// Table 7 that live inside the inference program — measured on the same decode workload
+// as llama-bench's tg test (one warm-up token, cache cleared, then N single-token decode
+// calls from an empty context).
+//
+//   evalcb_peer MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv F]
+//
+//   none      plain decode: the baseline of the two others, and the program profinfer
+//             records when per-operator times are compared (no change to llama.cpp's path).
+//   callback  a ggml_backend_sched_eval_callback that asks for every node and timestamps it
+//             (CLOCK_MONOTONIC before the node is computed and when the scheduler hands it
+//             back): what a user of llama.cpp's API can do without a tracer. The scheduler
+//             then computes each node as a graph of its own.
+//   dump-dot  after the decode calls, the graph of one decode call is rebuilt from the
+//             nodes the scheduler showed (a callback that asks for none, so the call runs
+//             whole) and written with ggml_graph_dump_dot; its cost is printed against
+//             the mean decode call.
+//
+// stdout: one JSON line {"mode":…,"tokens":N,"decode_tps":…,"decode_ms_mean":…,…}.
+// --nodes-csv (callback): call,index,name,op,start_ns,end_ns for every node of every call.
+#include <ggml-backend.h>
+#include <ggml.h>
+#include <llama.h>
+
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+long long now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+struct NodeTime {
+    int call;
+    int index;
+    const ggml_tensor* t;
+    std::string name;
+    long long start_ns, end_ns;
+};
+
+struct Peer {
+    enum Mode { None, Callback, DumpDot } mode = None;
+    int call = 0;
+    int index = 0;
+    long long asked_ns = 0;
+    bool collect = false;  // dump-dot: the decode call whose nodes are kept
+    std::vector<NodeTime> nodes;
+    std::vector<ggml_tensor*> graph_nodes;
+};
+
+bool on_node(ggml_tensor* t, bool ask, void* user) {
+    Peer& p = *static_cast<Peer*>(user);
+    if (p.mode == Peer::DumpDot) {
+        if (ask && p.collect) p.graph_nodes.push_back(t);
+        return false;  // need nothing: the scheduler computes the split whole
+    }
+    if (ask) {
+        p.asked_ns = now_ns();
+        return true;
+    }
+    p.nodes.push_back({p.call, p.index++, t, t->name, p.asked_ns, now_ns()});
+    return true;
+}
+
+[[noreturn]] void usage(const char* argv0) {
+    std::fprintf(stderr,
+                 "usage: %s MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv FILE] "
+                 "[--dot FILE]\n",
+                 argv0);
+    std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) usage(argv[0]);
+    Peer peer;
+    int threads = 2, n_gen = 48;
+    std::string nodes_csv, dot = "/dev/null";
+    for (int i = 2; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage(argv[0]);
+            return argv[++i];
+        };
+        if (a == "--mode") {
+            const std::string m = value();
+            if (m == "none") peer.mode = Peer::None;
+            else if (m == "callback") peer.mode = Peer::Callback;
+            else if (m == "dump-dot") peer.mode = Peer::DumpDot;
+            else usage(argv[0]);
+        } else if (a == "--threads") threads = std::atoi(value().c_str());
+        else if (a == "--tokens") n_gen = std::atoi(value().c_str());
+        else if (a == "--nodes-csv") nodes_csv = value();
+        else if (a == "--dot") dot = value();
+        else usage(argv[0]);
+    }
+    if (threads < 1 || n_gen < 1) usage(argv[0]);
+
+    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+    ggml_backend_load_all();
+    llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
+    if (!model) return std::fprintf(stderr, "evalcb_peer: cannot load %s\n", argv[1]), 1;
+    const llama_vocab* vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n_gen + 16;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_threads = cp.n_threads_batch = threads;
+    if (peer.mode != Peer::None) {
+        cp.cb_eval = on_node;
+        cp.cb_eval_user_data = &peer;
+    }
+    llama_context* ctx = llama_init_from_model(model, cp);
+    if (!ctx) return std::fprintf(stderr, "evalcb_peer: cannot create a context\n"), 1;
+
+    // As llama-bench's tg test: random tokens, so that no sampling is timed.
+    std::srand(1);
+    auto decode_one = [&]() {
+        llama_token tok = std::rand() % n_vocab;
+        llama_batch batch = llama_batch_get_one(&tok, 1);
+        const long long t0 = now_ns();
+        if (llama_decode(ctx, batch)) {
+            std::fprintf(stderr, "evalcb_peer: llama_decode failed\n");
+            std::exit(1);
+        }
+        llama_synchronize(ctx);
+        return now_ns() - t0;
+    };
+    decode_one();  // warm-up, as llama-bench
+    llama_memory_clear(llama_get_memory(ctx), true);
+    peer.nodes.clear();
+
+    long long total_ns = 0;
+    for (peer.call = 0; peer.call < n_gen; ++peer.call) {
+        peer.index = 0;
+        peer.collect = peer.call == n_gen / 2;
+        total_ns += decode_one();
+    }
+    const double mean_ms = total_ns / 1e6 / n_gen;
+    std::printf("{\"mode\":\"%s\",\"tokens\":%d,\"threads\":%d,\"decode_tps\":%.4f,\"decode_ms_mean\":%.4f",
+                peer.mode == Peer::None ? "none" : peer.mode == Peer::Callback ? "callback" : "dump-dot", n_gen, threads,
+                n_gen / (total_ns / 1e9), mean_ms);
+
+    if (peer.mode == Peer::Callback) {
+        std::printf(",\"nodes\":%zu", peer.nodes.size());
+        if (!nodes_csv.empty()) {
+            FILE* f = std::fopen(nodes_csv.c_str(), "w");
+            if (!f) return std::fprintf(stderr, "evalcb_peer: cannot write %s\n", nodes_csv.c_str()), 1;
+            std::fprintf(f, "call,index,name,op,start_ns,end_ns\n");
+            for (const NodeTime& n : peer.nodes)
+                std::fprintf(f, "%d,%d,%s,%s,%lld,%lld\n", n.call, n.index, n.name.c_str(), ggml_op_desc(n.t), n.start_ns,
+                             n.end_ns);
+            std::fclose(f);
+        }
+    }
+    if (peer.mode == Peer::DumpDot) {
+        // The scheduler's graph of one decode call, rebuilt from its nodes (their sources are
+        // reached by ggml_build_forward_expand), then written as llama.cpp's own dump would.
+        const size_t size = 4 * peer.graph_nodes.size() + 64;
+        ggml_init_params ip = {ggml_graph_overhead_custom(size, false) + ggml_tensor_overhead(), nullptr, true};
+        ggml_context* gctx = ggml_init(ip);
+        ggml_cgraph* g = ggml_new_graph_custom(gctx, size, false);
+        for (ggml_tensor* t : peer.graph_nodes) ggml_build_forward_expand(g, t);
+        const long long t0 = now_ns();
+        ggml_graph_dump_dot(g, nullptr, dot.c_str());
+        const double dump_ms = (now_ns() - t0) / 1e6;
+        std::printf(",\"graph_nodes\":%d,\"dump_dot_ms\":%.4f,\"dump_dot_pct_of_decode\":%.3f", ggml_graph_n_nodes(g),
+                    dump_ms, 100.0 * dump_ms / mean_ms);
+        ggml_free(gctx);
+    }
+    std::printf("}\n");
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}

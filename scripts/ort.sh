@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ONNX Runtime, the overhead study's peer with a profiler of its own (paper Table 7).
+#
+#   scripts/ort.sh node-path            unpack onnxruntime-node (CPU libraries in its npm
+#                                       tarball) into the cache; print the NODE_PATH to use
+#   scripts/ort.sh model CARD [LAYERS]  build the card's LLaMA-shaped 4-bit ONNX model into
+#                                       the cache if missing (experiments/peers/ort_model.py);
+#                                       print its path
+set -euo pipefail
+ORT_VERSION=1.30.0
+CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
+ROOT=$CACHE/onnxruntime-$ORT_VERSION
+mkdir -p "$CACHE"
+HERE=$(cd "$(dirname "$0")" && pwd)
+say() { echo "profinfer[ort]: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+npm_unpack() { "$(dirname "${BASH_SOURCE[0]}")/npm-unpack.sh" "$@" || die "could not fetch $1"; }
+
+case ${1:-} in
+  node-path)
+    exec 9>"$CACHE/.ort.lock"; flock 9
+    npm_unpack "onnxruntime-node@$ORT_VERSION" "$ROOT/node_modules/onnxruntime-node"
+    npm_unpack "onnxruntime-common@$ORT_VERSION" "$ROOT/node_modules/onnxruntime-common"
+    echo "$ROOT/node_modules";;
+  model)
+    card=${2:?usage: scripts/ort.sh model CARD [LAYERS]}; layers=${3:-}
+    name=$(basename "$card" .toml)${layers:+-${layers}l}
+    out=$CACHE/models/$name-ort-q4.onnx
+    if [[ ! -f $out ]]; then
+      "$HERE/install-deps.sh" --with-onnx
+      mkdir -p "$(dirname "$out")"
+      /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} -o "$out.tmp" \
+        && mv "$out.tmp" "$out" || die "building $out failed"
+    fi
+    echo "$out";;
+  *) die "usage: scripts/ort.sh node-path | model CARD [LAYERS]";;
+esac

@@ -1,0 +1,65 @@
+#include "budget_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace profinfer;
+using Action = OperatorGate::Action;
+
+namespace {
+// A decode loop as the recorder sees it: untraced calls take BASE ms (± 2 % noise), traced
+// ones (1 + COST) × that, and the call during which the probes go in or out (1 + SWITCH_COST)
+// × that, untraced. An action takes effect during the next call. Returns the achieved
+// overhead (total time / untraced time - 1) and the share of calls traced.
+struct Outcome {
+    double overhead, traced_share;
+};
+Outcome simulate(BudgetController& b, int calls, double cost, double switch_cost) {
+    std::mt19937 rng(7);
+    std::normal_distribution<double> noise(1.0, 0.02);
+    bool attached = true, switching = false;
+    double total = 0, base_total = 0;
+    int traced = 0;
+    uint64_t now = 0;
+    for (int i = 0; i < calls; ++i) {
+        const double base = 50e6 * noise(rng);
+        const bool ops_traced = attached && !switching;
+        const double d = base * (switching ? 1 + switch_cost : ops_traced ? 1 + cost : 1);
+        switching = false;
+        total += d, base_total += base, traced += ops_traced;
+        now += uint64_t(d);
+        Action a = b.on_decode(uint64_t(d), now, attached, ops_traced);
+        if (a != Action::None) {
+            attached = a == Action::Attach, switching = true;
+            b.note_switch(now, now + 1);  // the switch falls in the next call
+        }
+    }
+    return {total / base_total - 1, double(traced) / calls};
+}
+}  // namespace
+
+TEST(BudgetController, StaysUnderTheBudgetItMeasures) {
+    for (double budget_pct : {0.5, 1.0, 2.0}) {
+        BudgetController b(budget_pct);
+        Outcome o = simulate(b, 4000, 0.08, 0.05);
+        EXPECT_LE(o.overhead, budget_pct / 100 * 1.1) << budget_pct;
+        EXPECT_GE(o.overhead, budget_pct / 100 * 0.5) << budget_pct;  // uses what it is given
+        EXPECT_NEAR(b.cost(), 0.08, 0.025) << budget_pct << " gap " << b.gap() << " s " << b.switch_cost();
+        EXPECT_NEAR(b.switch_cost(), 2 * 0.05, 0.03);  // two switches per window
+        EXPECT_FALSE(b.tracing_every_call());
+        EXPECT_GT(o.traced_share, 0.01);
+    }
+}
+
+TEST(BudgetController, TracesEveryCallWhenTheCostFits) {
+    BudgetController b(5.0);
+    Outcome o = simulate(b, 400, 0.02, 0.05);
+    EXPECT_TRUE(b.tracing_every_call());
+    EXPECT_GT(o.traced_share, 0.9);
+}
+
+TEST(BudgetController, NoBudgetNoSwitch) {
+    BudgetController b(0);
+    EXPECT_EQ(b.on_decode(50'000'000, 1, true, true), Action::None);
+}
