@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
-"""Decode slowdown of tracing (paper Table 5), with the floor in the same run.
+"""Cost of tracing (paper Tables 5 and 7), with the floor and the peers in the same run.
 
 Configurations, run interleaved (one of each per round, so drift on a shared machine hits
-all alike): llama-bench untraced; traced by profinfer at each level; and bpftrace merely
-counting hits of the same node hooks per thread (what uprobes on them cost at least).
-Per run: llama-bench's decode tokens/s, and the CPU time (user + sys) of the whole run,
-tracer included. Summary per configuration: median speed; the median over rounds of the
-slowdown against the same round's untraced run, with a 95 % bootstrap confidence interval;
-the same for CPU time; and the slowdown as a multiple of the bpftrace floor's.
+all alike), each against the untraced baseline of its own program in the same round:
+  llama-bench (prompt P tokens, then N decode tokens), baseline `none`:
+    token, graph, op, full, full-exact   profinfer record at each level (full: --wait sampled;
+                                         full-exact: --wait exact, a probe on every ggml_barrier)
+    budget-0.5, budget-1, budget-2       profinfer record --level op --budget PCT
+    bpftrace                             bpftrace counting hits of the same node hooks per
+                                         thread: what uprobes on them cost at least (the floor)
+  evalcb_peer (N decode tokens), baseline `peer-none`:
+    evalcb                               llama.cpp's eval callback timestamping every node
+  ONNX Runtime on a LLaMA-shaped 4-bit model (prompt P, N decode runs), baseline `ort`:
+    ort-profile                          ORT's own profiler (enableProfiling)
+Per run: prefill and decode tokens/s, and the CPU time (user + sys) of the whole run,
+tracer included. Per configuration: median speed; the median over rounds of the slowdown
+against the same round's baseline, with a 95 % bootstrap confidence interval; the same for
+CPU time; the slowdown as a multiple of the bpftrace floor's.
+Once per round: the cost of ggml_graph_dump_dot on one decode graph (evalcb_peer).
+Once per run: fidelity — per-operator times of `profinfer record --level op` against the
+eval callback's on the same program and model (median relative error per operator), and
+how much of each thread's decode time the recorded operators cover.
 """
-import argparse, csv, os, random, resource, signal, statistics, subprocess, sys, tempfile, time
+import argparse, csv, json, os, random, resource, signal, sqlite3, statistics, subprocess, sys, tempfile
 
-# full: the compute/wait split by CPU-clock samples (--wait sampled, the default);
-# full-exact: by a probe on every ggml_barrier call (--wait exact).
-CONFIGS = ["none", "token", "graph", "op", "full", "full-exact", "bpftrace"]
+LEVELS = ["token", "graph", "op", "full", "full-exact"]
+BUDGETS = ["budget-0.5", "budget-1", "budget-2"]
+BASELINE = {c: "none" for c in LEVELS + BUDGETS + ["bpftrace"]}
+BASELINE.update({"evalcb": "peer-none", "ort-profile": "ort"})
+CONFIGS = ["none"] + LEVELS + ["bpftrace"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
 
 
 def cpu_seconds():
@@ -21,17 +36,40 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def bench_tps(path):
+def bench_speeds(path):
+    """llama-bench -o csv: one row per test (pp, then tg)."""
     with open(path) as f:
         rows = list(csv.DictReader(f))
-    return float(rows[-1]["avg_ts"])
+    pp = [float(r["avg_ts"]) for r in rows if int(r["n_prompt"]) > 0 and int(r["n_gen"]) == 0]
+    tg = [float(r["avg_ts"]) for r in rows if int(r["n_gen"]) > 0]
+    return (pp[-1] if pp else None), tg[-1]
+
+
+def json_line(path):
+    with open(path) as f:
+        return json.loads([l for l in f if l.startswith("{")][-1])
+
+
+def fresh_db(work):
+    db = os.path.join(work, "run.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    return db
 
 
 def run_one(config, args, work):
-    out = os.path.join(work, "bench.csv")
-    bench = [args.bench, "-m", args.model, "-t", str(args.threads), "-p", "0", "-n", str(args.tokens), "-r", "1", "-o", "csv"]
+    """Returns (prefill t/s or None, decode t/s, CPU seconds, extra dict)."""
+    out = os.path.join(work, "out.txt")
+    bench = [args.bench, "-m", args.model, "-t", str(args.threads), "-p", str(args.prompt), "-n", str(args.tokens),
+             "-r", "1", "-o", "csv"]
+    peer = [args.evalcb, args.model, "--threads", str(args.threads), "--tokens", str(args.tokens)]
+    ort = ["node", os.path.join(os.path.dirname(__file__), "peers", "ort_peer.js"), args.ort_model, "--threads",
+           str(args.threads), "--prompt", str(args.prompt), "--tokens", str(args.tokens)]
+    env = dict(os.environ)
     before = cpu_seconds()
     floor = None
+    kind = "bench"
     if config == "bpftrace":
         lib = os.path.join(os.path.dirname(args.bench), "libggml-cpu.so")
         script = (f"uprobe:{lib}:ggml_cpu_extra_compute_forward, uprobe:{lib}:ggml_compute_forward_rms_norm_mul_fused "
@@ -43,27 +81,69 @@ def run_one(config, args, work):
         cmd = bench
     elif config == "none":
         cmd = bench
+    elif config in LEVELS or config in BUDGETS:
+        if config == "full-exact":
+            level = ["--level", "full", "--wait", "exact"]
+        elif config in BUDGETS:
+            level = ["--level", "op", "--budget", config.split("-", 1)[1]]
+        else:
+            level = ["--level", config]
+        cmd = [args.profinfer, "record", "-q"] + level + ["-o", fresh_db(work), "--"] + bench
+    elif config in ("peer-none", "evalcb"):
+        kind = "peer"
+        cmd = peer + ["--mode", "none" if config == "peer-none" else "callback"]
+    elif config in ("ort", "ort-profile"):
+        kind = "ort"
+        env["NODE_PATH"] = args.ort_node_path
+        cmd = ort + (["--profile"] if config == "ort-profile" else [])
     else:
-        db = os.path.join(work, "run.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(db + suffix):
-                os.remove(db + suffix)
-        level = ["--level", "full", "--wait", "exact"] if config == "full-exact" else ["--level", config]
-        cmd = [args.profinfer, "record", "-q"] + level + ["-o", db, "--"] + bench
+        raise ValueError(config)
     with open(out, "w") as f:
-        status = subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL).returncode
+        status = subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL, env=env).returncode
     if floor:
         floor.send_signal(signal.SIGINT)
         floor.communicate()
     if status != 0:
-        sys.exit(f"profinfer: the {config} run failed (exit status {status})")
-    return bench_tps(out), cpu_seconds() - before
+        sys.exit(f"profinfer: the {config} run failed (exit status {status}): {' '.join(cmd)}")
+    cpu = cpu_seconds() - before
+    extra = {}
+    if kind == "bench":
+        pp, tg = bench_speeds(out)
+        if config in BUDGETS:
+            con = sqlite3.connect(os.path.join(work, "run.db"))
+            n, untraced = con.execute("SELECT count(*), (SELECT count(*) FROM ops_untraced) FROM tokens").fetchone()
+            extra["traced_calls_pct"] = round(100.0 * (n - untraced) / max(1, n), 1)
+            con.close()
+        return pp, tg, cpu, extra
+    j = json_line(out)
+    if kind == "ort":
+        if config == "ort-profile":
+            extra["threads_profiled"] = j["profiled_threads"]
+        return j["prefill_tps"], j["decode_tps"], cpu, extra
+    return None, j["decode_tps"], cpu, extra
+
+
+def dump_dot_cost(args, work):
+    out = os.path.join(work, "dot.txt")
+    with open(out, "w") as f:
+        subprocess.run([args.evalcb, args.model, "--threads", str(args.threads), "--tokens", "8", "--mode", "dump-dot",
+                        "--dot", os.path.join(work, "graph.dot")], stdout=f, stderr=subprocess.DEVNULL, check=True)
+    return json_line(out)
 
 
 def bootstrap_median_ci(values, n=4000, seed=1):
+    if not values:
+        return float("nan"), float("nan")
     rng = random.Random(seed)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def fmt_ci(values):
+    if not values:
+        return "", ""
+    lo, hi = bootstrap_median_ci(values)
+    return round(statistics.median(values), 2), f"[{lo:.2f}, {hi:.2f}]"
 
 
 def summarise(rows, out_dir):
@@ -71,36 +151,166 @@ def summarise(rows, out_dir):
     for r in rows:
         by_round.setdefault(r["round"], {})[r["config"]] = r
     summary = []
-    floor_slowdown = None
     for config in CONFIGS:
-        speeds = [float(r["tokens_per_s"]) for r in rows if r["config"] == config]
-        slow, cpu = [], []
+        mine = [r for r in rows if r["config"] == config]
+        base_of = BASELINE.get(config, config)
+        slow, cpu, pslow = [], [], []
         for runs in by_round.values():
-            if config in runs and "none" in runs:
-                base = runs["none"]
-                slow.append(100 * (1 - float(runs[config]["tokens_per_s"]) / float(base["tokens_per_s"])))
-                cpu.append(100 * (float(runs[config]["cpu_s"]) / float(base["cpu_s"]) - 1))
-        s_lo, s_hi = bootstrap_median_ci(slow)
-        c_lo, c_hi = bootstrap_median_ci(cpu)
-        row = {"config": config, "rounds": len(speeds), "median_tps": round(statistics.median(speeds), 3),
-               "slowdown_pct": round(statistics.median(slow), 2), "slowdown_ci95": f"[{s_lo:.2f}, {s_hi:.2f}]",
-               "cpu_pct": round(statistics.median(cpu), 2), "cpu_ci95": f"[{c_lo:.2f}, {c_hi:.2f}]"}
-        if config == "bpftrace":
-            floor_slowdown = row["slowdown_pct"]
-        summary.append(row)
+            if config in runs and base_of in runs:
+                me, base = runs[config], runs[base_of]
+                slow.append(100 * (1 - float(me["decode_tps"]) / float(base["decode_tps"])))
+                cpu.append(100 * (float(me["cpu_s"]) / float(base["cpu_s"]) - 1))
+                if me["prefill_tps"] and base["prefill_tps"]:
+                    pslow.append(100 * (1 - float(me["prefill_tps"]) / float(base["prefill_tps"])))
+        s, s_ci = fmt_ci(slow)
+        c, c_ci = fmt_ci(cpu)
+        p, p_ci = fmt_ci(pslow)
+        traced = [float(r["traced_calls_pct"]) for r in mine if r.get("traced_calls_pct")]
+        summary.append({"config": config, "baseline": base_of, "rounds": len(mine),
+                        "median_decode_tps": round(statistics.median(float(r["decode_tps"]) for r in mine), 3),
+                        "decode_slowdown_pct": s, "decode_slowdown_ci95": s_ci,
+                        "prefill_slowdown_pct": p, "prefill_slowdown_ci95": p_ci,
+                        "cpu_pct": c, "cpu_ci95": c_ci,
+                        "traced_calls_pct": round(statistics.median(traced), 1) if traced else ""})
+    floor = next(r["decode_slowdown_pct"] for r in summary if r["config"] == "bpftrace")
     for row in summary:
-        row["x_floor"] = (round(row["slowdown_pct"] / floor_slowdown, 2)
-                          if floor_slowdown and floor_slowdown > 0 and row["config"] != "none" else "")
+        row["x_floor"] = (round(row["decode_slowdown_pct"] / floor, 2)
+                          if isinstance(floor, float) and floor > 0 and row["config"] in BASELINE
+                          and BASELINE[row["config"]] == "none" else "")
     with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))
         w.writeheader()
         w.writerows(summary)
+    return summary
+
+
+def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
+    row = {r["config"]: r for r in summary}
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write("| config | rounds | median t/s | decode slowdown % (median, 95 % CI) | CPU time % (median, 95 % CI) | × bpftrace floor |\n")
-        f.write("|---|---|---|---|---|---|\n")
-        for r in summary:
-            f.write(f"| {r['config']} | {r['rounds']} | {r['median_tps']} | {r['slowdown_pct']} {r['slowdown_ci95']} | "
-                    f"{r['cpu_pct']} {r['cpu_ci95']} | {r['x_floor']} |\n")
+        f.write("Table 5 — llama-bench, decode and prefill slowdown against untraced runs in the same rounds\n\n")
+        f.write("| config | rounds | median decode t/s | decode slowdown % (median, 95 % CI) | prefill slowdown % "
+                "(median, 95 % CI) | CPU time % (median, 95 % CI) | × bpftrace floor | decode calls traced % |\n")
+        f.write("|---|---|---|---|---|---|---|---|\n")
+        for c in ["none"] + LEVELS + ["bpftrace"] + BUDGETS:
+            r = row[c]
+            f.write(f"| {c} | {r['rounds']} | {r['median_decode_tps']} | {r['decode_slowdown_pct']} "
+                    f"{r['decode_slowdown_ci95']} | {r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | "
+                    f"{r['cpu_pct']} {r['cpu_ci95']} | {r['x_floor']} | {r['traced_calls_pct']} |\n")
+    with open(os.path.join(out_dir, "peers.md"), "w") as f:
+        f.write("Table 7 — profilers side by side, each against its own untraced program in the same rounds\n\n")
+        f.write("| profiler | program | what it records | threads with operator records | prefill slowdown % "
+                "(95 % CI) | decode slowdown % (95 % CI) |\n|---|---|---|---|---|---|\n")
+        op = row["op"]
+        f.write(f"| profinfer `--level op` | llama-bench | every node on every thread, shapes once per graph | "
+                f"all ({fidelity.get('threads', '?')}) | {op['prefill_slowdown_pct']} {op['prefill_slowdown_ci95']} | "
+                f"{op['decode_slowdown_pct']} {op['decode_slowdown_ci95']} |\n")
+        for c, what in (("budget-1", "as op, on sampled decode calls (`--budget 1`)"),
+                        ("bpftrace", "a hit count per thread on the same hooks (the floor)")):
+            r = row[c]
+            f.write(f"| {'profinfer `--budget 1`' if c == 'budget-1' else 'bpftrace'} | llama-bench | {what} | all | "
+                    f"{r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | {r['decode_slowdown_pct']} "
+                    f"{r['decode_slowdown_ci95']} |\n")
+        r = row["evalcb"]
+        f.write(f"| llama.cpp eval callback (`cb_eval`, every node timestamped) | evalcb_peer | each node as a graph of "
+                f"its own, timed by the calling thread | 1 (the caller) | – | {r['decode_slowdown_pct']} "
+                f"{r['decode_slowdown_ci95']} |\n")
+        r = row["ort-profile"]
+        f.write(f"| ONNX Runtime profiler (`enableProfiling`) | ort_peer.js, LLaMA-shaped 4-bit ONNX | operator events "
+                f"| {threads_profiled} | {r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | "
+                f"{r['decode_slowdown_pct']} {r['decode_slowdown_ci95']} |\n")
+        d, d_ci = fmt_ci([x["dump_dot_pct_of_decode"] for x in dot])
+        f.write(f"\n`ggml_graph_dump_dot` on one decode graph ({dot[0]['graph_nodes']} nodes): "
+                f"{statistics.median(x['dump_dot_ms'] for x in dot):.2f} ms, {d} % {d_ci} of a decode call "
+                f"(median of {len(dot)} rounds; paper: 13 % of a forward pass) — structure only, no times.\n")
+        f.write(f"\nUntraced speeds (median): llama-bench {row['none']['median_decode_tps']} t/s, evalcb_peer "
+                f"{row['peer-none']['median_decode_tps']} t/s, ONNX Runtime {row['ort']['median_decode_tps']} t/s "
+                f"(decode, {args.threads} threads).\n")
+    with open(os.path.join(out_dir, "fidelity.md"), "w") as f:
+        f.write("Fidelity — per-operator decode times of `profinfer record --level op` against llama.cpp's eval "
+                "callback, the same program (evalcb_peer) and model, separate runs\n\n")
+        f.write(f"- operators compared: {fidelity['operators']} (node names with layer, mean over "
+                f"{fidelity['calls']} decode calls)\n")
+        f.write(f"- median relative difference per operator, |profinfer − callback| / callback: "
+                f"{fidelity['median_rel_err_pct']:.1f} % (callback slower: {fidelity['callback_slower_pct']:.0f} % "
+                f"of operators)\n")
+        f.write(f"- sum over operators: profinfer {fidelity['profinfer_ms']:.1f} ms, callback "
+                f"{fidelity['callback_ms']:.1f} ms per decode call; decode call {fidelity['call_ms']:.1f} ms "
+                f"(profinfer run)\n")
+        f.write("- time coverage per thread (operator records / decode call time): " +
+                ", ".join(f"thread {k}: {v:.1f} %" for k, v in fidelity["coverage"].items()) + "\n\n")
+        f.write("| op type | profinfer ms/call | callback ms/call | median rel. diff % |\n|---|---|---|---|\n")
+        for t in fidelity["by_type"]:
+            f.write(f"| {t['op']} | {t['profinfer_ms']:.3f} | {t['callback_ms']:.3f} | {t['median_rel_err_pct']:.1f} |\n")
+
+
+def write_figure(summary, out_dir):
+    """overhead.png/.svg: decode slowdown per configuration, median and 95 % interval (gnuplot,
+    the terminals of the analysis figures: analysis/include/profinfer/plotter.h)."""
+    rows = [r for r in summary if r["config"] not in ("none", "peer-none", "ort") and r["decode_slowdown_ci95"]]
+    data = os.path.join(out_dir, "overhead.dat")
+    with open(data, "w") as f:
+        for i, r in enumerate(rows):
+            lo, hi = (float(x) for x in r["decode_slowdown_ci95"].strip("[]").split(","))
+            f.write(f'{i} {r["decode_slowdown_pct"]} {lo} {hi} "{r["config"]}"\n')
+    for term, ext in (("pngcairo size 900,500 font 'DejaVu Sans,10'", "png"), ("svg size 900,500 dynamic", "svg")):
+        script = (f"set terminal {term}\nset output '{os.path.join(out_dir, 'overhead.' + ext)}'\n"
+                  "set termoption noenhanced\nset title 'Decode slowdown of tracing, median and 95 % CI "
+                  "(each against its own untraced program)'\nset grid\nset ylabel 'decode slowdown %'\n"
+                  "set style fill solid 0.5\nset boxwidth 0.6\nset xtics rotate by -35\nset yrange [*:*]\n"
+                  f"plot '{data}' using 1:2:xtic(5) with boxes notitle, '' using 1:2:3:4 with yerrorbars pt 0 lc "
+                  "rgb 'black' notitle\n")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    os.remove(data)
+
+
+def fidelity_run(args, work):
+    db = fresh_db(work)
+    subprocess.run([args.profinfer, "record", "-q", "--level", "op", "-o", db, "--", args.evalcb, args.model,
+                    "--threads", str(args.threads), "--tokens", str(args.tokens), "--mode", "none"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    cb_csv = os.path.join(work, "cb.csv")
+    subprocess.run([args.evalcb, args.model, "--threads", str(args.threads), "--tokens", str(args.tokens), "--mode",
+                    "callback", "--nodes-csv", cb_csv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True)
+    cb = {}
+    with open(cb_csv) as f:
+        for r in csv.DictReader(f):
+            cb.setdefault((r["name"], r["op"]), []).append(int(r["end_ns"]) - int(r["start_ns"]))
+    # profinfer's connection: the derived views are TEMP objects of profinfer's own reader, so
+    # read through `profinfer stat`-equivalent SQL on the raw tables via the CLI's JSON.
+    con = sqlite3.connect(db)
+    con.executescript(open(os.path.join(os.path.dirname(__file__), "..", "store", "src", "derived.sql")).read())
+    # The warm-up call (call 0) is not in the callback's CSV.
+    ours = {}
+    for name, op, dur in con.execute("SELECT name, op, dur_ns FROM node_times WHERE phase = 'decode' AND call > 0"):
+        ours.setdefault((name, op), []).append(dur)
+    calls = con.execute("SELECT count(*), avg(dur_ns) FROM calls WHERE phase = 'decode' AND call > 0").fetchone()
+    cover = {}
+    for tid, busy in con.execute("SELECT o.tid, sum(o.end_ns - o.start_ns) FROM ops o JOIN call_graphs cg ON "
+                                 "cg.graph_seq = o.graph_seq WHERE cg.phase = 'decode' AND cg.call > 0 GROUP BY o.tid"):
+        cover[tid] = 100.0 * busy / max(1, calls[0] * calls[1])
+    con.close()
+    rel, by_type, slower = [], {}, 0
+    for key in sorted(set(ours) & set(cb)):
+        o, c = statistics.mean(ours[key]), statistics.mean(cb[key])
+        e = abs(o - c) / c
+        rel.append(e)
+        slower += c > o
+        t = by_type.setdefault(key[1], {"o": 0.0, "c": 0.0, "e": []})
+        t["o"] += o
+        t["c"] += c
+        t["e"].append(e)
+    return {
+        "operators": len(rel), "calls": calls[0], "call_ms": calls[1] / 1e6,
+        "median_rel_err_pct": 100 * statistics.median(rel), "callback_slower_pct": 100.0 * slower / max(1, len(rel)),
+        "profinfer_ms": sum(t["o"] for t in by_type.values()) / 1e6,
+        "callback_ms": sum(t["c"] for t in by_type.values()) / 1e6,
+        "threads": len(cover),
+        "coverage": {i: v for i, (_, v) in enumerate(sorted(cover.items()))},
+        "by_type": sorted(({"op": k, "profinfer_ms": v["o"] / 1e6, "callback_ms": v["c"] / 1e6,
+                            "median_rel_err_pct": 100 * statistics.median(v["e"])} for k, v in by_type.items()),
+                          key=lambda t: -t["callback_ms"]),
+    }
 
 
 def main():
@@ -109,25 +319,43 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tokens", type=int, default=48)
+    p.add_argument("--prompt", type=int, default=64)
     p.add_argument("--bench", required=True, help="llama-bench of the pinned debug build")
+    p.add_argument("--evalcb", required=True, help="evalcb_peer, built against the same llama.cpp")
+    p.add_argument("--ort-model", required=True, help="LLaMA-shaped ONNX model (scripts/ort.sh model)")
+    p.add_argument("--ort-node-path", required=True, help="NODE_PATH with onnxruntime-node (scripts/ort.sh node-path)")
     p.add_argument("--profinfer", default="build/profinfer")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    rows = []
+    rows, dot = [], []
     with tempfile.TemporaryDirectory() as work:
         for r in range(1, args.rounds + 1):
             for config in CONFIGS:
-                tps, cpu = run_one(config, args, work)
-                rows.append({"round": r, "config": config, "tokens_per_s": f"{tps:.3f}", "cpu_s": f"{cpu:.3f}"})
-                print(f"\rround {r}/{args.rounds} {config:8} {tps:7.2f} t/s {cpu:6.2f} s CPU", end="", file=sys.stderr)
-    print(file=sys.stderr)
+                pp, tg, cpu, extra = run_one(config, args, work)
+                rows.append({"round": r, "config": config, "prefill_tps": f"{pp:.3f}" if pp else "",
+                             "decode_tps": f"{tg:.3f}", "cpu_s": f"{cpu:.3f}", **extra})
+                print(f"\rround {r}/{args.rounds} {config:12} {tg:7.2f} t/s {cpu:6.2f} s CPU   ", end="", file=sys.stderr)
+            dot.append(dump_dot_cost(args, work))
+        print("\rfidelity: profinfer --level op vs the eval callback" + " " * 20, file=sys.stderr)
+        fidelity = fidelity_run(args, work)
     with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["round", "config", "tokens_per_s", "cpu_s"])
+        w = csv.DictWriter(f, fieldnames=["round", "config", "prefill_tps", "decode_tps", "cpu_s", "traced_calls_pct",
+                                          "threads_profiled"])
         w.writeheader()
         w.writerows(rows)
-    summarise(rows, args.out)
-    print(open(os.path.join(args.out, "summary.md")).read())
+    with open(os.path.join(args.out, "dump_dot.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(dot[0].keys()))
+        w.writeheader()
+        w.writerows(dot)
+    with open(os.path.join(args.out, "fidelity.json"), "w") as f:
+        json.dump(fidelity, f, indent=1)
+    summary = summarise(rows, args.out)
+    threads_profiled = sorted({r["threads_profiled"] for r in rows if r.get("threads_profiled") is not None})
+    write_figure(summary, args.out)
+    write_tables(summary, dot, fidelity, ", ".join(map(str, threads_profiled)) or "?", args, args.out)
+    for name in ("summary.md", "peers.md", "fidelity.md"):
+        print(open(os.path.join(args.out, name)).read())
 
 
 if __name__ == "__main__":

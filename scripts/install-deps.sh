@@ -12,12 +12,11 @@ packages=(
   libpfm4-dev graphviz
   libgtest-dev libgmock-dev libbenchmark-dev
   bc bsdextrautils fonts-dejavu-core
+  python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
 if [[ "${1:-}" == "--with-openblas" ]]; then packages+=(libopenblas-dev); fi
-# The ONNX Runtime peer of the overhead study builds its model with python3-onnx.
-if [[ "${1:-}" == "--with-onnx" ]]; then packages+=(python3-onnx python3-numpy); fi
 
 missing=()
 for p in "${packages[@]}"; do
