@@ -17,6 +17,8 @@ packages=(
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
 if [[ "${1:-}" == "--with-openblas" ]]; then packages+=(libopenblas-dev); fi
+# The Vulkan backend's device here: Mesa's lavapipe (Vulkan on the CPU) and the loader.
+if [[ "${1:-}" == "--with-vulkan" ]]; then packages+=(mesa-vulkan-drivers libvulkan1); fi
 
 missing=()
 for p in "${packages[@]}"; do

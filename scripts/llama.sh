@@ -10,6 +10,12 @@
 #          blis     as debug, plus GGML_BLAS with Debian's BLIS (prefill experiments)
 #          openblas as debug, plus GGML_BLAS with Debian's OpenBLAS
 #          release  the stock release libraries of @node-llama-cpp/linux-x64 (no DWARF)
+#          vulkan   the stock Vulkan libraries of @node-llama-cpp/linux-x64-vulkan (no DWARF),
+#                   on Mesa's lavapipe (Debian mesa-vulkan-drivers); run with
+#                   GGML_VK_VISIBLE_DEVICES=0 (ggml-vulkan hides CPU-type devices otherwise)
+# The stock packages ship no programs: for vulkan, llama-bench is built from the same
+# commit's source against its libraries (the stock libllama-common.so included) and placed
+# beside them, where ggml_backend_load_all finds the backends.
 #
 # Each flavour directory carries manifest.json; the C++ side (profinfer::LlamaInstall)
 # reads only that file, so paths are decided here and nowhere else.
@@ -50,8 +56,8 @@ write_manifest() { # dir flavour bin_dir lib_dir debug_info
   "debug_info": $dbg,
   "bin_dir": "$bin",
   "lib_dir": "$lib",
-  "libllama": "$(cd "$lib" && ls libllama.so libllama.v*.so 2>/dev/null | head -1)",
-  "libggml": "$(cd "$lib" && ls libggml.so libggml.v*.so 2>/dev/null | head -1)",
+  "libllama": "$(cd "$lib" && ls libllama.so libllama.*.so 2>/dev/null | head -1)",
+  "libggml": "$(cd "$lib" && ls libggml.so libggml.*.so 2>/dev/null | head -1)",
   "libggml_base": "libggml-base.so",
   "libggml_cpu": [$cpu_libs],
   "include_dirs": ["$ROOT/src/include", "$ROOT/src/ggml/include"]
@@ -80,18 +86,36 @@ build_flavour() { # flavour
   write_manifest "$dir" "$flavour" "$dir/build/bin" "$dir/build/bin" true
 }
 
-unpack_release() {
-  local dir=$ROOT/release
+# llama-bench of the bundled source, linked against the stock libraries in LIB (beside them).
+build_bench_against() { # lib_dir
+  local lib=$1 src=$ROOT/src out=$1/llama-bench
+  [[ -x $out ]] && return 0
+  say "building llama-bench against the stock libraries in $lib"
+  local llama ggml
+  llama=$(cd "$lib" && ls libllama*.so | grep -v common | head -1)
+  ggml=$(cd "$lib" && ls libggml.*so | head -1)
+  g++ -std=c++17 -O2 -g -I"$src/common" -I"$src/include" -I"$src/ggml/include" -I"$src/tools/llama-bench" \
+    "$src/tools/llama-bench/llama-bench.cpp" "$src/tools/llama-bench/main.cpp" -o "$out.tmp" \
+    -L"$lib" -l:libllama-common.so -l:"$llama" -l:"$ggml" -l:libggml-base.so -pthread -Wl,-rpath,'$ORIGIN' \
+    2>"$ROOT/bench-$(basename "$lib").log" || die "building llama-bench against $lib failed, see $ROOT/bench-$(basename "$lib").log"
+  mv "$out.tmp" "$out"
+}
+
+unpack_stock() { # flavour npm-package-suffix
+  local flavour=$1 pkg=$2 dir=$ROOT/$1
   ensure_source   # the headers of the same commit, to build programs against these libraries
-  npm_unpack "@node-llama-cpp/linux-x64@$NLC_VERSION" "$ROOT/npm/linux-x64"
+  npm_unpack "@node-llama-cpp/$pkg@$NLC_VERSION" "$ROOT/npm/$pkg"
+  if [[ $flavour == vulkan ]]; then
+    "$(dirname "$0")/install-deps.sh" --with-vulkan   # Mesa's lavapipe and the Vulkan loader
+  fi
   mkdir -p "$dir"
-  local lib=$ROOT/npm/linux-x64/bins/linux-x64
-  # Soname links the libraries expect at load time (libggml.so → libggml.v0.4.0.so, …).
-  write_manifest "$dir" release "" "$lib" false
+  local lib=$ROOT/npm/$pkg/bins/$pkg bin=""
+  if [[ $flavour == vulkan ]]; then build_bench_against "$lib"; bin=$lib; fi
+  write_manifest "$dir" "$flavour" "$bin" "$lib" false
 }
 
 cmd=${1:-}; flavour=${2:-}
-case $flavour in debug|blis|openblas|release) ;; *) die "unknown flavour '$flavour' (debug, blis, openblas, release)";; esac
+case $flavour in debug|blis|openblas|release|vulkan) ;; *) die "unknown flavour '$flavour' (debug, blis, openblas, release, vulkan)";; esac
 mkdir -p "$ROOT"
 manifest=$ROOT/$flavour/manifest.json
 case $cmd in
@@ -99,7 +123,11 @@ case $cmd in
     if [[ ! -f $manifest ]]; then
       exec 9>"$ROOT/.lock"; flock 9   # two make jobs must not build the same tree
       if [[ ! -f $manifest ]]; then
-        if [[ $flavour == release ]]; then unpack_release; else mkdir -p "$ROOT/$flavour"; build_flavour "$flavour"; fi
+        case $flavour in
+          release) unpack_stock release linux-x64;;
+          vulkan) unpack_stock vulkan linux-x64-vulkan;;
+          *) mkdir -p "$ROOT/$flavour"; build_flavour "$flavour";;
+        esac
       fi
     fi
     echo "$manifest";;
@@ -111,5 +139,5 @@ case $cmd in
     bin=$(sed -n 's/^ *"bin_dir": "\(.*\)",$/\1/p' "$manifest")
     [[ -n $bin && -x $bin/${3:-} ]] || die "llama.cpp flavour '$flavour' has no program '${3:-}'"
     echo "$bin/$3";;
-  *) die "usage: scripts/llama.sh ensure|manifest|program debug|blis|openblas|release [NAME]";;
+  *) die "usage: scripts/llama.sh ensure|manifest|program debug|blis|openblas|release|vulkan [NAME]";;
 esac

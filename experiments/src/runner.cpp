@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
@@ -33,8 +34,41 @@ fs::path cache_dir() {
 // The llama.cpp build that provides a backend.
 std::string flavour_of(const std::string& backend) {
     if (backend == "cpu") return "debug";
-    if (backend == "blis" || backend == "openblas") return backend;
+    if (backend == "blis" || backend == "openblas" || backend == "vulkan") return backend;
     return "";
+}
+
+// The environment a backend's points run with (the recorder passes it on to llama-bench).
+// ggml-vulkan hides CPU-type devices such as Mesa's lavapipe unless they are named.
+std::vector<std::pair<std::string, std::string>> point_env(const SweepPoint& p) {
+    if (p.at("backend") == "vulkan") return {{"GGML_VK_VISIBLE_DEVICES", "0"}};
+    return {};
+}
+
+// Sets a point's environment for as long as it lives.
+class ScopedEnv {
+public:
+    explicit ScopedEnv(const std::vector<std::pair<std::string, std::string>>& vars) {
+        for (const auto& [k, v] : vars) {
+            const char* old = std::getenv(k.c_str());
+            saved_.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+            setenv(k.c_str(), v.c_str(), 1);
+        }
+    }
+    ~ScopedEnv() {
+        for (const auto& [k, v] : saved_) v ? setenv(k.c_str(), v->c_str(), 1) : unsetenv(k.c_str());
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+std::string env_prefix(const SweepPoint& p) {
+    std::string s;
+    for (const auto& [k, v] : point_env(p)) s += k + "=" + v + " ";
+    return s;
 }
 
 double now_s() {
@@ -148,12 +182,20 @@ std::string missing_for(const SweepPoint& p, bool install) {
     const std::string backend = p.at("backend");
     const std::string flavour = flavour_of(backend);
     if (flavour.empty())
-        return "backend '" + backend + "' is not provided by this version of profinfer's scripts (cpu, blis and openblas are)";
+        return "backend '" + backend + "' is not provided by profinfer's scripts (cpu, blis, openblas and vulkan are)";
+    fs::path bench;
     try {
-        LlamaInstall::locate(flavour, install).program("llama-bench");
+        bench = LlamaInstall::locate(flavour, install).program("llama-bench");
     } catch (const Error& e) {
         return "backend '" + backend + "' needs the '" + flavour + "' llama.cpp build: " + e.what() +
                " (scripts/llama.sh ensure " + flavour + ")";
+    }
+    if (backend == "vulkan") {  // a device to run on: llama.cpp's own list of devices
+        ScopedEnv env(point_env(p));
+        auto r = run_process({bench.string(), "--list-devices"});
+        if (r.status != 0 || r.out.find("Vulkan") == std::string::npos)
+            return "backend 'vulkan': llama.cpp finds no Vulkan device here (llama-bench --list-devices: " +
+                   (r.out.empty() ? r.err.substr(0, 200) : r.out.substr(0, 200)) + ")";
     }
     return "";
 }
@@ -206,7 +248,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (missing.count(p.id()))
                 std::cout << "\n    skipped: " << missing[p.id()];
             else
-                std::cout << "\n    " << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)))
+                std::cout << "\n    " << env_prefix(p) << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)))
                           << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
                                               : std::string());
             std::cout << "\n";
@@ -246,11 +288,13 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         const double mean = index.mean_seconds();
         std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * remaining) + ")" : "") << " …\n";
         const double started = now_s();
-        index.put(p, "running", db.string(), joined(command), "", started, started, "");
+        const std::string shown = env_prefix(p) + joined(command);
+        index.put(p, "running", db.string(), shown, "", started, started, "");
         const int hog = hog_cpu(p);
         const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
         ProcessResult r;
         try {
+            ScopedEnv env(point_env(p));
             r = run_process(argv);
         } catch (...) {
             if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
@@ -259,14 +303,14 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
         const double ended = now_s();
         if (r.status == 0) {
-            index.put(p, "done", db.string(), joined(command), "", started, ended, r.out);
+            index.put(p, "done", db.string(), shown, "", started, ended, r.out);
             ++rep.done;
             std::cerr << "    done in " << duration_text(ended - started) << "\n";
         } else {
             std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
             while (!why.empty() && why.back() == '\n') why.pop_back();
             if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
-            index.put(p, "failed", db.string(), joined(command), why, started, ended, r.out);
+            index.put(p, "failed", db.string(), shown, why, started, ended, r.out);
             ++rep.failed;
             std::cerr << "    failed: " << why << "\n";
         }

@@ -91,6 +91,17 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                                  double(decode))
                 : nlohmann::json(nullptr);
     }
+    {
+        // Paper Fig. 7: the share of decode call time in graphs a non-CPU backend computed
+        // (Vulkan here) — null when every graph ran on the CPU.
+        store::Statement st(db.handle(),
+                            "SELECT sum(CASE WHEN g.backend IS NOT NULL AND g.backend != 'CPU' THEN g.end_ns - g.start_ns "
+                            "ELSE 0 END), (SELECT sum(dur_ns) FROM calls WHERE phase = 'decode') FROM call_graphs g "
+                            "WHERE g.phase = 'decode' AND g.api = 'backend'");
+        st.step();
+        const double gpu = st.column_double(0), total = st.column_double(1);
+        m["gpu_graph_share_pct"] = gpu > 0 && total > 0 ? nlohmann::json(100.0 * gpu / total) : nlohmann::json(nullptr);
+    }
     // llama-bench's own measurement of the same run: a JSON array, one object per test.
     m["bench_pp_tps"] = nullptr;
     m["bench_tg_tps"] = nullptr;
@@ -147,7 +158,8 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     t.columns = varying;
     const std::vector<std::string> metric_names = {"decode_tps",        "prefill_tps",         "bench_tg_tps",
                                                    "bench_pp_tps",      "op_ms_per_token",     "mul_mat_share_pct",
-                                                   "attention_share_pct", "wait_share_pct", "preempted_per_token"};
+                                                   "attention_share_pct", "wait_share_pct", "preempted_per_token",
+                                                   "gpu_graph_share_pct"};
     for (const auto& m : metric_names) t.columns.push_back(m);
     for (const auto& r : rows) {
         std::vector<nlohmann::json> cells;
