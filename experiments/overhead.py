@@ -22,7 +22,7 @@ Once per run: fidelity — per-operator times of `profinfer record --level op` a
 eval callback's on the same program and model (median relative error per operator), and
 how much of each thread's decode time the recorded operators cover.
 """
-import argparse, csv, json, os, random, resource, signal, sqlite3, statistics, subprocess, sys, tempfile
+import argparse, csv, json, os, random, resource, shutil, signal, sqlite3, statistics, subprocess, sys, tempfile
 
 LEVELS = ["token", "graph", "op", "full", "full-exact"]
 BUDGETS = ["budget-0.5", "budget-1", "budget-2"]
@@ -330,6 +330,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows, dot = [], []
     with tempfile.TemporaryDirectory() as work:
+        # Copies of our own programs: a rebuild during the run must not change (or remove)
+        # what is measured.
+        for attr in ("profinfer", "evalcb"):
+            copy = os.path.join(work, os.path.basename(getattr(args, attr)) + "-measured")
+            shutil.copy2(getattr(args, attr), copy)
+            setattr(args, attr, copy)
         for r in range(1, args.rounds + 1):
             for config in CONFIGS:
                 pp, tg, cpu, extra = run_one(config, args, work)

@@ -141,6 +141,16 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "coalesce(t.attn, 0) / 1e6, 100.0 * coalesce(t.mm, 0) / max(1, coalesce(t.op, 0)) "
                     "FROM calls c LEFT JOIN t ON t.call = c.call ORDER BY c.call");
     }
+    if (by == "gpu") {
+        // The host side of a GPU-API backend (gpu_events): per kind, and per op type for the
+        // dispatches — what the host spent recording, submitting and waiting for the device.
+        return rows({"kind", "op", "count", "total_ms", "mean_us", "share_of_calls_pct"},
+                    "SELECT e.kind, coalesce(n.op, ''), count(*), sum(e.end_ns - e.start_ns) / 1e6, "
+                    "avg(e.end_ns - e.start_ns) / 1e3, "
+                    "100.0 * sum(e.end_ns - e.start_ns) / (SELECT max(1, sum(dur_ns)) FROM calls) "
+                    "FROM gpu_events e LEFT JOIN nodes n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor "
+                    "GROUP BY e.kind, coalesce(n.op, '') ORDER BY e.kind, sum(e.end_ns - e.start_ns) DESC");
+    }
     if (by == "thread") {
         // Paper Fig. 6: per op type and thread index, compute and wait time. Exact where
         // every ggml_barrier was traced (--wait exact|both); else, where CPU-clock samples

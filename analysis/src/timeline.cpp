@@ -201,6 +201,18 @@ int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
         [&](const store::Statement& s) -> std::optional<Pending> {
             return w.slice(pid, s.column_int(0), "wait", "wait", s.column_int(1), s.column_int(2));
         });
+    // A GPU-API backend's host side (gpu_events): each node's dispatch (named by its op and
+    // tensor), the submits, fence waits and synchronizes, on the thread that did them.
+    add("SELECT e.tid, e.start_ns, e.end_ns, e.kind, coalesce(n.op, ''), coalesce(n.name, ''), e.graph_seq "
+        "FROM gpu_events e LEFT JOIN nodes n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor "
+        "ORDER BY e.start_ns, e.end_ns - e.start_ns DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            const std::string kind = s.column_text(3);
+            const std::string name = kind == "dispatch" ? "dispatch " + s.column_text(4) : kind;
+            nlohmann::json args = {{"seq", s.column_int(6)}};
+            if (kind == "dispatch") args["tensor"] = s.column_text(5);
+            return w.slice(pid, s.column_int(0), name, "gpu", s.column_int(1), s.column_int(2), args);
+        });
     add(sched_states_sql(pid), [&](const store::Statement& s) -> std::optional<Pending> {
         return w.slice(pid, s.column_int(0) + kStateTrackOffset, s.column_text(3), "sched", s.column_int(1), s.column_int(2),
                        {{"cpu", s.column_int(4)}});

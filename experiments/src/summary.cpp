@@ -92,12 +92,16 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                 : nlohmann::json(nullptr);
     }
     {
-        // Paper Fig. 7: the share of decode call time in graphs a non-CPU backend computed
-        // (Vulkan here) — null when every graph ran on the CPU.
+        // Paper Fig. 7: the share of decode call time that belongs to a non-CPU backend
+        // (Vulkan here): its graphs (recording and submitting: ggml-vulkan computes
+        // asynchronously) and the backend synchronizes that wait for the device. Null when
+        // every graph ran on the CPU.
         store::Statement st(db.handle(),
-                            "SELECT sum(CASE WHEN g.backend IS NOT NULL AND g.backend != 'CPU' THEN g.end_ns - g.start_ns "
-                            "ELSE 0 END), (SELECT sum(dur_ns) FROM calls WHERE phase = 'decode') FROM call_graphs g "
-                            "WHERE g.phase = 'decode' AND g.api = 'backend'");
+                            "SELECT (SELECT coalesce(sum(g.end_ns - g.start_ns), 0) FROM call_graphs g WHERE g.phase = "
+                            "'decode' AND g.api = 'backend' AND g.backend IS NOT NULL AND g.backend != 'CPU') + "
+                            "(SELECT coalesce(sum(e.end_ns - e.start_ns), 0) FROM gpu_events e JOIN calls c ON e.start_ns "
+                            ">= c.start_ns AND e.end_ns <= c.end_ns AND c.phase = 'decode' WHERE e.kind = 'synchronize'), "
+                            "(SELECT sum(dur_ns) FROM calls WHERE phase = 'decode')");
         st.step();
         const double gpu = st.column_double(0), total = st.column_double(1);
         m["gpu_graph_share_pct"] = gpu > 0 && total > 0 ? nlohmann::json(100.0 * gpu / total) : nlohmann::json(nullptr);

@@ -148,6 +148,21 @@ CREATE TABLE sched_wakeup (
 CREATE TABLE ops_untraced (
   token_id INTEGER PRIMARY KEY
 );
+-- The host side of a GPU-API backend (ggml-vulkan), in the thread computing its graph:
+-- dispatch (a node recorded into a command buffer, --level op; tensor: the node, whose
+-- details are in nodes under the same graph_seq), submit (command buffers to the queue),
+-- fence_wait (the host waiting for the device), synchronize (the backend's synchronize).
+-- graph_seq: the backend graph it happened in (graphs.seq; 0 outside one). Schema 6.
+CREATE TABLE gpu_events (
+  id        INTEGER PRIMARY KEY,
+  graph_seq INTEGER NOT NULL,
+  tid       INTEGER NOT NULL,
+  kind      TEXT NOT NULL,
+  tensor    INTEGER,
+  start_ns  INTEGER NOT NULL,
+  end_ns    INTEGER NOT NULL,
+  ret       INTEGER            -- dispatch: ggml_vk_build_graph's result (1: it ended a command buffer)
+);
 -- What the operator gate (--qos-min-tps, --budget) did: detach or attach the operator probes.
 CREATE TABLE qos_events (
   ts_ns  INTEGER NOT NULL,

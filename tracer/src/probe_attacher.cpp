@@ -1,6 +1,5 @@
 #include "probe_attacher.h"
 
-#include <thread>
 #include <bpf/libbpf.h>
 
 #include <algorithm>
@@ -34,7 +33,9 @@ const char* to_string(OpStrategy s) {
 // comes with --level full only.
 enum class Group { Token, Graph, Op, Wait };
 
-// One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL.
+// One uprobe or uretprobe attached in every mapped library of ROLE that defines SYMBOL
+// (or the first of several candidates, "a|b": the static functions of a C++ library go by
+// mangled names that a compiler's clones change, as in "….isra.0").
 struct Probe {
     const char* symbol;
     LibRole role;
@@ -58,7 +59,40 @@ const Probe kProbes[] = {
      OpStrategy::NodeHooks},
     {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
     {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true},
+    // ggml-vulkan's host side (docs/recording.md): a node's dispatch at --level op, the
+    // submits and fence waits at --level graph. Static functions: optional.
+#define VK_BUILD_GRAPH                                                                           \
+    "_ZL19ggml_vk_build_graphP23ggml_backend_vk_contextP11ggml_cgraphiP11ggml_tensoribbb.isra.0|" \
+    "_ZL19ggml_vk_build_graphP23ggml_backend_vk_contextP11ggml_cgraphiP11ggml_tensoribbb"
+    {VK_BUILD_GRAPH, LibRole::GgmlVulkan, false, PROG(vk_build_graph_enter), Group::Op, false},
+    {VK_BUILD_GRAPH, LibRole::GgmlVulkan, true, PROG(vk_build_graph_exit), Group::Op, false},
+#undef VK_BUILD_GRAPH
+    {"_ZL14ggml_vk_submitRSt10shared_ptrI17vk_context_structEN2vk5FenceE", LibRole::GgmlVulkan, false,
+     PROG(vk_submit_enter), Group::Graph, false},
+    {"_ZL14ggml_vk_submitRSt10shared_ptrI17vk_context_structEN2vk5FenceE", LibRole::GgmlVulkan, true,
+     PROG(vk_submit_exit), Group::Graph, false},
+    {"_ZL22ggml_vk_wait_for_fenceP23ggml_backend_vk_context", LibRole::GgmlVulkan, false, PROG(vk_fence_wait_enter),
+     Group::Graph, false},
+    {"_ZL22ggml_vk_wait_for_fenceP23ggml_backend_vk_context", LibRole::GgmlVulkan, true, PROG(vk_fence_wait_exit),
+     Group::Graph, false},
+    {"_ZL19ggml_vk_synchronizeP23ggml_backend_vk_context", LibRole::GgmlVulkan, false, PROG(vk_synchronize_enter),
+     Group::Graph, false},
+    {"_ZL19ggml_vk_synchronizeP23ggml_backend_vk_context", LibRole::GgmlVulkan, true, PROG(vk_synchronize_exit),
+     Group::Graph, false},
 };
+
+// The first of P's candidate symbols that ELF defines; empty if none.
+std::string resolve(const ElfSymbols& elf, const char* candidates) {
+    std::string all = candidates;
+    for (size_t start = 0; start <= all.size();) {
+        size_t bar = all.find('|', start);
+        std::string name = all.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+        if (elf.has_function(name)) return name;
+        if (bar == std::string::npos) break;
+        start = bar + 1;
+    }
+    return "";
+}
 #undef PROG
 
 Group max_group(TraceLevel l) {
@@ -86,8 +120,11 @@ struct ProbeAttacher::Attached {
     fs::path lib;
 };
 
+// A library with operator-level probes (a libggml-cpu, a libggml-vulkan): what the
+// operator gate re-attaches.
 struct ProbeAttacher::OpLibrary {
     fs::path path;
+    LibRole role;
     OpStrategy strategy;
     std::shared_ptr<ElfSymbols> symbols;
 };
@@ -230,9 +267,10 @@ void ProbeAttacher::attach_new_libraries() {
             if (p.role != lib.role || p.group > max_group(level_)) continue;
             if (p.group == Group::Wait && !barrier_probes()) continue;
             if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-            if (is_op_group(p.group) && strategy == OpStrategy::None) continue;
+            if (is_op_group(p.group) && p.role == LibRole::GgmlCpu && strategy == OpStrategy::None) continue;
             const char* kind = p.retprobe ? "uretprobe" : "uprobe";
-            if (!sym.has_function(p.symbol)) {
+            const std::string symbol = resolve(sym, p.symbol);
+            if (symbol.empty()) {
                 std::string why = lib.path.filename().string() + " has no symbol " + p.symbol +
                                   (sym.has_symtab() ? "" : ": is it stripped? use a build with symbols");
                 record_probe(p.symbol, lib.path, kind, false, why);
@@ -240,15 +278,16 @@ void ProbeAttacher::attach_new_libraries() {
                 continue;
             }
             if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
-            bpf_link* l = attach_uprobe(p.program(skel_), lib.path, p.symbol, p.retprobe, sym.file_offset(p.symbol));
-            record_probe(p.symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
+            bpf_link* l = attach_uprobe(p.program(skel_), lib.path, symbol.c_str(), p.retprobe, sym.file_offset(symbol));
+            record_probe(symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
             if (!l) {
-                fatal.push_back(std::string("attaching ") + p.symbol + " failed: " + std::strerror(errno));
+                fatal.push_back("attaching " + symbol + " failed: " + std::strerror(errno));
                 continue;
             }
             attached_.push_back({l, &p, lib.path});
         }
-        if (strategy != OpStrategy::None) op_libs_.push_back({lib.path, strategy, elf[lib.path]});
+        if (strategy != OpStrategy::None || lib.role == LibRole::GgmlVulkan)
+            op_libs_.push_back({lib.path, lib.role, strategy, elf[lib.path]});
     }
     if (!fatal.empty()) throw Error(fatal.front());
 }
@@ -300,13 +339,14 @@ void ProbeAttacher::set_ops_attached(bool on) {
         attached_.erase(it, attached_.end());
         destroy_links(links);
     } else {
-        for (const auto& [lib, strategy, sym] : op_libs_)
+        for (const auto& [lib, role, strategy, sym] : op_libs_)
             for (const auto& p : kProbes) {
-                if (!is_op_group(p.group) || p.group > max_group(level_) || p.role != LibRole::GgmlCpu) continue;
+                if (!is_op_group(p.group) || p.group > max_group(level_) || p.role != role) continue;
                 if (p.group == Group::Wait && !barrier_probes()) continue;
                 if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
-                if (!sym->has_function(p.symbol)) continue;
-                if (bpf_link* l = attach_uprobe(p.program(skel_), lib, p.symbol, p.retprobe, sym->file_offset(p.symbol)))
+                const std::string symbol = resolve(*sym, p.symbol);
+                if (symbol.empty()) continue;
+                if (bpf_link* l = attach_uprobe(p.program(skel_), lib, symbol.c_str(), p.retprobe, sym->file_offset(symbol)))
                     attached_.push_back({l, &p, lib});
             }
         skel_->data->ops_enabled = true;

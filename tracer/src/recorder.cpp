@@ -157,6 +157,7 @@ const char* kind_name(uint32_t kind) {
         case PI_EV_EXPERTS: return "experts";
         case PI_EV_SWITCH: return "sched_switch";
         case PI_EV_WAKEUP: return "sched_wakeup";
+        case PI_EV_GPU: return "gpu";
     }
     return "unknown";
 }

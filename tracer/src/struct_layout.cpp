@@ -139,6 +139,7 @@ GgmlLayout GgmlLayout::builtin() {
     o.params_ith = 0;
     o.params_nth = 4;
     o.cgraph_n_nodes = 4;
+    o.cgraph_nodes = 16;
     o.backend_guid = 0;
     o.batch_n_tokens = 0;
     l.op_names = to_vector(kGgmlOpNames);
@@ -176,6 +177,7 @@ GgmlLayout GgmlLayout::from_dwarf(const std::vector<fs::path>& libraries) {
     o.params_ith = member(s, "ggml_compute_params", "ith");
     o.params_nth = member(s, "ggml_compute_params", "nth");
     o.cgraph_n_nodes = member(s, "ggml_cgraph", "n_nodes");
+    o.cgraph_nodes = member(s, "ggml_cgraph", "nodes");
     o.backend_guid = member(s, "ggml_backend", "guid");
     o.batch_n_tokens = member(s, "llama_batch", "n_tokens");
     for (const char* e : {"ggml_op", "ggml_unary_op", "ggml_glu_op"})

@@ -18,6 +18,7 @@ const char* to_string(LibRole r) {
         case LibRole::Ggml: return "libggml";
         case LibRole::GgmlBase: return "libggml-base";
         case LibRole::GgmlCpu: return "libggml-cpu";
+        case LibRole::GgmlVulkan: return "libggml-vulkan";
         case LibRole::Other: return "other";
     }
     return "?";
@@ -30,6 +31,7 @@ LibRole classify_library(const fs::path& path) {
     if (starts("libllama.")) return LibRole::Llama;
     if (starts("libggml-base")) return LibRole::GgmlBase;
     if (starts("libggml-cpu")) return LibRole::GgmlCpu;
+    if (starts("libggml-vulkan")) return LibRole::GgmlVulkan;
     if (starts("libggml.")) return LibRole::Ggml;
     return LibRole::Other;
 }

@@ -11,7 +11,7 @@ namespace profinfer {
 
 // The libraries of a llama.cpp process the tracer cares about. ggml's CPU backend may
 // be one of several variants loaded with dlopen (libggml-cpu-haswell.so, ...).
-enum class LibRole { Llama, Ggml, GgmlBase, GgmlCpu, Other };
+enum class LibRole { Llama, Ggml, GgmlBase, GgmlCpu, GgmlVulkan, Other };
 const char* to_string(LibRole r);
 LibRole classify_library(const std::filesystem::path& path);
 

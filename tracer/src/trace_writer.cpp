@@ -26,6 +26,7 @@ struct TraceWriter::Statements {
                    "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
           ops_untraced(db, "INSERT INTO ops_untraced(token_id) VALUES (?)"),
+          gpu(db, "INSERT INTO gpu_events(graph_seq, tid, kind, tensor, start_ns, end_ns, ret) VALUES (?,?,?,?,?,?,?)"),
           op_samples(db, "INSERT INTO op_samples(op_id, samples, wait_samples, barrier_state_samples) VALUES (?,?,?,?)"),
           expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
           sw(db,
@@ -34,7 +35,7 @@ struct TraceWriter::Statements {
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
                "VALUES (?,?,?,?,?,?,?)") {}
-    store::Statement token, graph, op, node, node_src, ops_untraced, op_samples, expert, sw, wake;
+    store::Statement token, graph, op, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake;
 };
 
 namespace {
@@ -196,6 +197,18 @@ void TraceWriter::write(const void* data, size_t size) {
                             "; this llama.cpp is not the pinned version — use a build with debug info");
             node_defs_[e->dst.addr] = *e;
             write_node(*e, e->graph_seq, e->ts_ns);
+            break;
+        }
+        case PI_EV_GPU: {
+            auto* e = as<pi_gpu_event>(data, size, malformed_);
+            if (!e) return;
+            static const char* const kinds[] = {"", "dispatch", "submit", "fence_wait", "synchronize"};
+            if (e->kind < PI_GPU_DISPATCH || e->kind > PI_GPU_SYNC) return void(++malformed_);
+            if (e->tensor && e->graph_seq) ensure_node(e->graph_seq, e->tensor, e->start_ns);
+            auto& s = st_->gpu;
+            s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.tid}).bind(3, std::string(kinds[e->kind]));
+            e->tensor ? s.bind(4, i64(e->tensor)) : s.bind_null(4);
+            s.bind(5, i64(e->start_ns)).bind(6, i64(e->end_ns)).bind(7, int64_t{e->ret}).run();
             break;
         }
         case PI_EV_EXPERTS: {

@@ -14,7 +14,7 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 // Version 2 differs only by two derived columns (tokens.phase, experts.layer) that
 // readers no longer use: it is read through the same derived views.
 constexpr int kOldestReadableSchema = 2;
@@ -25,7 +25,7 @@ constexpr int kCounterSlots = 6;
 std::string counter_columns(const std::string& prefix = "");
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
-constexpr int kEventsVersion = 5;
+constexpr int kEventsVersion = 6;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 5
+#define PI_EVENTS_VERSION 6
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -29,7 +29,8 @@ enum pi_event_kind {
 	PI_EV_EXPERTS = 6, /* the expert ids a MUL_MAT_ID node uses */
 	PI_EV_SWITCH = 7,  /* sched_switch involving a target thread */
 	PI_EV_WAKEUP = 8,  /* sched_wakeup of a target thread */
-	PI_EV_KIND_MAX = 9,
+	PI_EV_GPU = 9,     /* host side of a GPU-API backend (Vulkan): a node's dispatch, a submit, a wait */
+	PI_EV_KIND_MAX = 10,
 };
 
 /* Data the probes saw but could not record whole, counted per reason (besides records
@@ -168,11 +169,28 @@ struct pi_wakeup_event {
 
 /* Where the fields the probes read live in the target's structs (from DWARF, or the
  * built-in table for the pinned llama.cpp). Set by user space before load. */
+/* pi_gpu_event.kind: what the backend's host thread was doing from start to end. */
+enum pi_gpu_kind {
+	PI_GPU_DISPATCH = 1,   /* ggml_vk_build_graph: one node recorded into a command buffer */
+	PI_GPU_SUBMIT = 2,     /* ggml_vk_submit: command buffers handed to the queue */
+	PI_GPU_FENCE_WAIT = 3, /* ggml_vk_wait_for_fence: the host waits for the device */
+	PI_GPU_SYNC = 4,       /* ggml_vk_synchronize: the backend's synchronize */
+};
+
+struct pi_gpu_event {
+	struct pi_event_header h;
+	__u64 graph_seq; /* the backend graph (ggml_backend_graph_compute_async) it happened in; 0 outside */
+	__u64 tensor;    /* DISPATCH: the node; 0 otherwise */
+	__u64 start_ns, end_ns;
+	__u32 kind;
+	__s32 ret;       /* DISPATCH: ggml_vk_build_graph's result (1: the node ended a command buffer) */
+};
+
 struct pi_layout {
 	__u32 tensor_type, tensor_ne, tensor_op, tensor_op_params, tensor_flags;
 	__u32 tensor_src, tensor_data, tensor_name, tensor_nb, tensor_view_src;
 	__u32 params_ith, params_nth;
-	__u32 cgraph_n_nodes;
+	__u32 cgraph_n_nodes, cgraph_nodes;
 	__u32 backend_guid;
 	__u32 batch_n_tokens;
 	__u32 op_mul_mat_id; /* value of GGML_OP_MUL_MAT_ID */
