@@ -12,23 +12,32 @@ namespace profinfer {
 // --budget PCT: keeps the operator level's cost on decode under PCT % of decode time by
 // tracing operators on windows of a few consecutive decode calls and detaching the
 // operator probes between windows (the token and graph probes stay: they cost nothing
-// measurable). The cost is measured on the run itself, from the calls' durations:
-//   base    median duration of untraced calls away from a switch;
+// measurable). Accounting, on the run itself, in calls' worth of time:
+//   base    median duration of the last 9 untraced calls away from a switch (kept current);
+//   credit  grows by the budget with every decode call and shrinks by the excess
+//           (d / base - 1) of every call tracing touched: traced calls, the calls a switch
+//           falls in, the first kAftermath calls after a window (the recorder catching up)
+//           — so windows that last longer than planned (the recorder sees calls late) are
+//           paid for by a longer gap. Until base is known a traced call is charged
+//           kPriorCost.
+// The run starts with the operator probes out and the credit at 0. A window of W traced
+// calls begins when the credit covers what a window costs: the larger of what the last
+// window really cost (the credit it used up, from its attach to the lowest point after it:
+// the recorder catching up on a window's records slows the calls after it too) and the
+// planned W c + s:
 //   c       median traced call / base - 1 (the operator level's cost per traced call);
-//   s       what switching costs per window, in calls: for each switch (note_switch: when
-//           the recorder began and ended attaching or detaching), the time the calls that
-//           overlap it took beyond base, / base; twice the median (attach and detach).
-//           The recorder's own wall time would overstate it: closing a uprobe waits ~0.1 s
-//           for a grace period the target does not wait for.
-// A period of P calls traces W of them and costs (W c + s) / P of decode time, so the gap
-// after each window is P - W with P = (W c + s) / budget. Until the run has shown its own
-// cost the controller assumes c = kPriorCost (conservative). When c alone is within the
-// budget it stops switching and traces every call.
+//   s       what a window's two switches cost: for each switch (note_switch: when the
+//           recorder began and ended attaching or detaching), the excess of the calls that
+//           overlap it, median, times two. (The recorder's own wall time would overstate
+//           it: closing a uprobe waits ~0.1 s for a grace period the target does not.)
+// When c alone is within the budget it stops switching and traces every call.
 class BudgetController : public OperatorGate {
 public:
     static constexpr int kWindow = 4;           // traced calls per window
     static constexpr double kPriorCost = 0.10;  // assumed cost per traced call until measured
-    static constexpr size_t kHistory = 64;      // calls each median looks at
+    static constexpr size_t kHistory = 64;      // calls the cost medians look at
+    static constexpr size_t kBaseWindow = 9;    // the last untraced calls base is the median of
+    static constexpr int kAftermath = 4;        // calls after a window charged as its own
 
     explicit BudgetController(double budget_pct) : budget_(budget_pct / 100.0) {}
 
@@ -39,21 +48,45 @@ public:
             push(switch_excess_, switch_.excess_ns);
             switch_.open = false;
         }
-        if (switch_.open && end_ns > switch_.start_ns) {
+        const bool in_switch = switch_.open && end_ns > switch_.start_ns;
+        if (in_switch) {
             if (base_ns_ > 0) switch_.excess_ns += std::max(0.0, double(duration_ns) - base_ns_);
         } else {
             // Medians: a slow first traced call, or a stray hiccup, does not move them.
             push(ops_traced ? traced_ : untraced_, double(duration_ns));
         }
         ++since_switch_;
+        // base follows the run: decode calls slow down as the KV cache grows (a few % per
+        // 100 tokens here), and a base a little low would charge that to the budget.
+        if (!ops_traced && untraced_.size() >= kBaseWindow)
+            base_ns_ = median(std::deque<double>(untraced_.end() - kBaseWindow, untraced_.end()));
+        // The calls tracing touched pay their excess: traced calls, the calls a switch falls
+        // in, and the first calls after a window (the recorder catching up on its records).
+        // The others are untraced calls like any: charging their noise would charge the
+        // skew of call times (a median base, slow outliers) to the budget.
+        credit_ += budget_;
+        const bool touched = ops_traced || in_switch || (after_window_ && since_switch_ <= kAftermath);
+        if (touched && base_ns_ > 0)
+            credit_ -= double(duration_ns) / base_ns_ - 1;
+        else if (ops_traced)
+            credit_ -= kPriorCost;
+        if (window_.open) {
+            ++window_.calls;
+            if (credit_ < window_.low) window_.low = credit_, window_.calls_to_low = window_.calls;
+        }
         if (attached) {
             if (ops_traced) ++traced_in_window_;
             if (traced_in_window_ < kWindow || always_) return Action::None;
             update_estimates();
             if (always_) return Action::None;
+            after_window_ = true;
             return switched(), Action::Detach;
         }
-        if (since_switch_ < gap_) return Action::None;
+        if (credit_ < window_cost()) return Action::None;
+        if (window_.open)  // what the last window used, the budget it earned meanwhile included
+            last_window_cost_ = window_.at_attach - window_.low + budget_ * window_.calls_to_low;
+        window_ = {true, credit_, credit_, 0, 0};
+        after_window_ = false;
         return switched(), Action::Attach;
     }
 
@@ -67,7 +100,9 @@ public:
     double tps() const override { return base_ns_ > 0 ? 1e9 / base_ns_ : 0; }
     double cost() const { return cost_; }               // c, a fraction (prior until measured)
     double switch_cost() const { return switch_cost_; }  // s, in calls' worth of time
-    int gap() const { return gap_; }
+    double last_window_cost() const { return last_window_cost_; }  // in calls' worth of time
+    // Untraced calls still to come before the next window, as the credit stands.
+    int gap() const { return int(std::ceil(std::max(0.0, window_cost() - credit_) / budget_)); }
     bool tracing_every_call() const { return always_; }
 
 private:
@@ -88,14 +123,18 @@ private:
             if (!switch_excess_.empty()) switch_cost_ = 2 * median(switch_excess_) / base_ns_;
             always_ = cost_ <= budget_;
         }
-        const double period = (kWindow * cost_ + switch_cost_) / budget_;
-        gap_ = std::max(1, int(std::ceil(period)) - kWindow);
     }
+    double window_cost() const { return std::max(kWindow * cost_ + switch_cost_, last_window_cost_); }
 
     double budget_;
-    double base_ns_ = 0, cost_ = kPriorCost, switch_cost_ = 0;
-    int gap_ = 1, since_switch_ = 0, traced_in_window_ = 0;
-    bool always_ = false;
+    double base_ns_ = 0, cost_ = kPriorCost, switch_cost_ = 0, credit_ = 0, last_window_cost_ = 0;
+    struct {
+        bool open = false;
+        double at_attach = 0, low = 0;
+        int calls = 0, calls_to_low = 0;
+    } window_;
+    int since_switch_ = 0, traced_in_window_ = 0;
+    bool always_ = false, after_window_ = false;
     std::deque<double> traced_, untraced_, switch_excess_;
     struct {
         uint64_t start_ns = 0, end_ns = 0;

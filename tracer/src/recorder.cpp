@@ -227,6 +227,8 @@ public:
         throw_if_stopped("before recording started");
         open_counters();
         load_bpf();
+        // The budget starts with the operator probes out: a window begins once it is paid for.
+        if (budget_) probes_->set_ops_attached(false);
         writer_ = std::make_unique<TraceWriter>(*db_, probes_->layout(), opts_.sched_peers);
         consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(skel_->maps.events), *writer_, gate_.get(), *probes_);
         probes_->attach_loader_watch();
@@ -250,6 +252,7 @@ public:
             });
         set_meta("consumer", idle ? "idle" : "normal");
         int status = poll_until_exit();
+        write_budget_meta();
         return finish(status);
     }
 
@@ -446,6 +449,16 @@ private:
         sample_links_.clear();
     }
 
+    // What the budget knows about this run's cost (at every switch, and at the end).
+    void write_budget_meta() {
+        if (!budget_) return;
+        set_meta("budget_cost_pct", std::to_string(100 * budget_->cost()));
+        set_meta("budget_switch_cost_pct", std::to_string(100 * budget_->switch_cost()));
+        set_meta("budget_gap_calls", std::to_string(budget_->gap()));
+        set_meta("budget_window_cost_calls", std::to_string(budget_->last_window_cost()));
+        set_meta("budget_traces_every_call", budget_->tracing_every_call() ? "1" : "0");
+    }
+
     void apply_qos() {
         auto pending = consumer_->take_gate_action();
         if (!pending) return;
@@ -462,11 +475,7 @@ private:
         store::Statement st(db_->handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
         st.bind(1, ts).bind(2, std::string(action == OperatorGate::Action::Attach ? "attach" : "detach"));
         st.bind(3, gate_->tps()).run();
-        if (budget_) {  // what the budget knows so far about this run's cost
-            set_meta("budget_cost_pct", std::to_string(100 * budget_->cost()));
-            set_meta("budget_switch_cost_pct", std::to_string(100 * budget_->switch_cost()));
-            set_meta("budget_gap_calls", std::to_string(budget_->gap()));
-        }
+        write_budget_meta();
     }
 
     // The consumer cannot store what the probes send (a full disk, a layout that reads
