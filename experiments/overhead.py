@@ -165,7 +165,7 @@ def summarise(rows, out_dir):
         s, s_ci = fmt_ci(slow)
         c, c_ci = fmt_ci(cpu)
         p, p_ci = fmt_ci(pslow)
-        traced = [float(r["traced_calls_pct"]) for r in mine if r.get("traced_calls_pct")]
+        traced = [float(r["traced_calls_pct"]) for r in mine if r.get("traced_calls_pct") not in (None, "")]
         summary.append({"config": config, "baseline": base_of, "rounds": len(mine),
                         "median_decode_tps": round(statistics.median(float(r["decode_tps"]) for r in mine), 3),
                         "decode_slowdown_pct": s, "decode_slowdown_ci95": s_ci,
@@ -326,8 +326,19 @@ def main():
     p.add_argument("--ort-node-path", required=True, help="NODE_PATH with onnxruntime-node (scripts/ort.sh node-path)")
     p.add_argument("--profinfer", default="build/profinfer")
     p.add_argument("--out", required=True)
+    p.add_argument("--tables-only", action="store_true",
+                   help="no runs: rewrite the tables and the figure from OUT's runs.csv, dump_dot.csv, fidelity.json")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.tables_only:
+        with open(os.path.join(args.out, "runs.csv")) as f:
+            rows = list(csv.DictReader(f))
+        with open(os.path.join(args.out, "dump_dot.csv")) as f:
+            dot = [{k: (v if k == "mode" else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+        with open(os.path.join(args.out, "fidelity.json")) as f:
+            fidelity = json.load(f)
+        write_outputs(rows, dot, fidelity, args)
+        return
     rows, dot = [], []
     with tempfile.TemporaryDirectory() as work:
         # Copies of our own programs: a rebuild during the run must not change (or remove)
@@ -356,8 +367,12 @@ def main():
         w.writerows(dot)
     with open(os.path.join(args.out, "fidelity.json"), "w") as f:
         json.dump(fidelity, f, indent=1)
+    write_outputs(rows, dot, fidelity, args)
+
+
+def write_outputs(rows, dot, fidelity, args):
     summary = summarise(rows, args.out)
-    threads_profiled = sorted({r["threads_profiled"] for r in rows if r.get("threads_profiled") is not None})
+    threads_profiled = sorted({str(r["threads_profiled"]) for r in rows if r.get("threads_profiled") not in (None, "")})
     write_figure(summary, args.out)
     write_tables(summary, dot, fidelity, ", ".join(map(str, threads_profiled)) or "?", args, args.out)
     for name in ("summary.md", "peers.md", "fidelity.md"):
