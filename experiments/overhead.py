@@ -219,7 +219,7 @@ def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
                 f"| {threads_profiled} | {r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | "
                 f"{r['decode_slowdown_pct']} {r['decode_slowdown_ci95']} |\n")
         d, d_ci = fmt_ci([x["dump_dot_pct_of_decode"] for x in dot])
-        f.write(f"\n`ggml_graph_dump_dot` on one decode graph ({dot[0]['graph_nodes']} nodes): "
+        f.write(f"\n`ggml_graph_dump_dot` on one decode graph ({int(dot[0]['graph_nodes'])} nodes): "
                 f"{statistics.median(x['dump_dot_ms'] for x in dot):.2f} ms, {d} % {d_ci} of a decode call "
                 f"(median of {len(dot)} rounds; paper: 13 % of a forward pass) — structure only, no times.\n")
         f.write(f"\nUntraced speeds (median): llama-bench {row['none']['median_decode_tps']} t/s, evalcb_peer "
