@@ -22,13 +22,13 @@ Once per run: fidelity — per-operator times of `profinfer record --level op` a
 eval callback's on the same program and model (median relative error per operator), and
 how much of each thread's decode time the recorded operators cover.
 """
-import argparse, csv, json, os, random, resource, shutil, signal, sqlite3, statistics, subprocess, sys, tempfile
+import argparse, csv, json, os, random, resource, shutil, signal, sqlite3, statistics, subprocess, sys, tempfile, threading
 
 LEVELS = ["token", "graph", "op", "full", "full-exact"]
 BUDGETS = ["budget-0.5", "budget-1", "budget-2"]
-BASELINE = {c: "none" for c in LEVELS + BUDGETS + ["bpftrace"]}
+BASELINE = {c: "none" for c in LEVELS + BUDGETS + ["bpftrace", "bpftrace-stream"]}
 BASELINE.update({"evalcb": "peer-none", "ort-profile": "ort"})
-CONFIGS = ["none"] + LEVELS + ["bpftrace"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
+CONFIGS = ["none"] + LEVELS + ["bpftrace", "bpftrace-stream"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
 
 
 def cpu_seconds():
@@ -70,14 +70,19 @@ def run_one(config, args, work):
     before = cpu_seconds()
     floor = None
     kind = "bench"
-    if config == "bpftrace":
+    if config in ("bpftrace", "bpftrace-stream"):
         lib = os.path.join(os.path.dirname(args.bench), "libggml-cpu.so")
+        # The floor counts hits in the kernel; the streaming peer sends one line per hit to
+        # user space (as a BCC/bpftrace script printing every operator would), read here.
+        action = "{ @[tid] = count(); }" if config == "bpftrace" else '{ printf("%d %d %llu\\n", tid, cpu, nsecs); }'
         script = (f"uprobe:{lib}:ggml_cpu_extra_compute_forward, uprobe:{lib}:ggml_compute_forward_rms_norm_mul_fused "
-                  "{ @[tid] = count(); }")
+                  + action)
         floor = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for line in floor.stdout:  # "Attaching N probes..." once they are in place
             if line.startswith("Attaching"):
                 break
+        if config == "bpftrace-stream":
+            threading.Thread(target=lambda out: [None for _ in out], args=(floor.stdout,), daemon=True).start()
         cmd = bench
     elif config == "none":
         cmd = bench
@@ -153,6 +158,8 @@ def summarise(rows, out_dir):
     summary = []
     for config in CONFIGS:
         mine = [r for r in rows if r["config"] == config]
+        if not mine:
+            continue  # a configuration added after these runs
         base_of = BASELINE.get(config, config)
         slow, cpu, pslow = [], [], []
         for runs in by_round.values():
@@ -191,7 +198,9 @@ def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
         f.write("| config | rounds | median decode t/s | decode slowdown % (median, 95 % CI) | prefill slowdown % "
                 "(median, 95 % CI) | CPU time % (median, 95 % CI) | × bpftrace floor | decode calls traced % |\n")
         f.write("|---|---|---|---|---|---|---|---|\n")
-        for c in ["none"] + LEVELS + ["bpftrace"] + BUDGETS:
+        for c in ["none"] + LEVELS + ["bpftrace", "bpftrace-stream"] + BUDGETS:
+            if c not in row:
+                continue  # a configuration added after these runs
             r = row[c]
             f.write(f"| {c} | {r['rounds']} | {r['median_decode_tps']} | {r['decode_slowdown_pct']} "
                     f"{r['decode_slowdown_ci95']} | {r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | "
@@ -205,9 +214,13 @@ def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
                 f"all ({fidelity.get('threads', '?')}) | {op['prefill_slowdown_pct']} {op['prefill_slowdown_ci95']} | "
                 f"{op['decode_slowdown_pct']} {op['decode_slowdown_ci95']} |\n")
         for c, what in (("budget-1", "as op, on sampled decode calls (`--budget 1`)"),
-                        ("bpftrace", "a hit count per thread on the same hooks (the floor)")):
+                        ("bpftrace", "a hit count per thread on the same hooks (the floor)"),
+                        ("bpftrace-stream", "a line per hit on the same hooks, streamed to user space")):
+            if c not in row:
+                continue
             r = row[c]
-            f.write(f"| {'profinfer `--budget 1`' if c == 'budget-1' else 'bpftrace'} | llama-bench | {what} | all | "
+            name = {"budget-1": "profinfer `--budget 1`", "bpftrace": "bpftrace", "bpftrace-stream": "bpftrace (streaming)"}[c]
+            f.write(f"| {name} | llama-bench | {what} | all | "
                     f"{r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | {r['decode_slowdown_pct']} "
                     f"{r['decode_slowdown_ci95']} |\n")
         r = row["evalcb"]
