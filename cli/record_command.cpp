@@ -37,8 +37,9 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "untraced speed is 20% above it");
     cmd->add_option("--budget", opts->budget_pct,
                     "Keep the operator level's cost under PCT % of decode time: operators are traced on windows of "
-                    "4 decode calls, the probes detached in between for as many calls as the cost measured on this "
-                    "run allows (every call when it fits); the untraced calls are listed in the DB and left out of "
+                    "4 whole decode calls, each begun once the budget earned so far covers what a window costs on "
+                    "this run (measured from the calls' durations; the run starts with the operator probes out; "
+                    "every call is traced when that fits); the untraced calls are listed in the DB and left out of "
                     "operator figures (--level op or full)")
         ->check(CLI::Range(0.01, 100.0))
         ->excludes("--qos-min-tps");
