@@ -289,8 +289,8 @@ def fidelity_run(args, work):
     with open(cb_csv) as f:
         for r in csv.DictReader(f):
             cb.setdefault((r["name"], r["op"]), []).append(int(r["end_ns"]) - int(r["start_ns"]))
-    # profinfer's connection: the derived views are TEMP objects of profinfer's own reader, so
-    # read through `profinfer stat`-equivalent SQL on the raw tables via the CLI's JSON.
+    # The derived views (node_times, call_graphs, calls) are TEMP objects each reader creates:
+    # this connection creates them from the one definition, store/src/derived.sql.
     con = sqlite3.connect(db)
     con.executescript(open(os.path.join(os.path.dirname(__file__), "..", "store", "src", "derived.sql")).read())
     # The warm-up call (call 0) is not in the callback's CSV.
