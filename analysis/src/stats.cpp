@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/ggml_types.h"
 #include "profinfer/store.h"
 
 namespace profinfer {
@@ -198,7 +200,44 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "SELECT layer, node, expert, count(*), avg(dist) FROM d GROUP BY layer, node, expert "
                     "ORDER BY layer, node, expert");
     }
-    throw Error("--by is op-type, op, token, thread or expert, not '" + by + "'");
+    if (by == "matmul") {
+        // Paper Fig. 10: every weight MatMul (MUL_MAT, not the attention KQ/KQV) grouped by
+        // name, phase and dimensions — M rows of the weight (output features), K its row
+        // length, N the batch's tokens, H the product of the remaining dimensions — with
+        // the median time over its calls (the first, cold call of a shape weighs no more
+        // than any other). mnkh = M·N·K·H, half the multiply-adds' FLOPs.
+        struct Acc {
+            std::vector<double> us;
+            int64_t nth = 0;
+        };
+        std::map<std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t, int64_t>, Acc> by_shape;
+        store::Statement st(db.handle(),
+                            "SELECT t.base, t.phase, s.type, n.ne0, n.ne1, s.ne0, n.ne2 * n.ne3, t.dur_ns, t.nth "
+                            "FROM node_times t JOIN nodes n ON n.graph_seq = t.graph_seq AND n.tensor = t.tensor "
+                            "JOIN node_srcs s ON s.node_id = n.id AND s.slot = 0 "
+                            "WHERE t.op = 'MUL_MAT' AND NOT t.attention");
+        while (st.step()) {
+            const GgmlType* type = ggml_type(uint32_t(st.column_int(2)));
+            auto& a = by_shape[{st.column_text(0), st.column_text(1),
+                                type ? type->name : "type" + std::to_string(st.column_int(2)), st.column_int(3),
+                                st.column_int(4), st.column_int(5), st.column_int(6)}];
+            a.us.push_back(st.column_int(7) / 1e3);
+            a.nth = std::max(a.nth, st.column_int(8));
+        }
+        Table t{{"name", "phase", "weight_type", "m", "n", "k", "h", "mnkh", "threads", "count", "median_us", "mean_us"}, {}};
+        for (auto& [key, a] : by_shape) {
+            const auto& [name, phase, type, m, n, k, h] = key;
+            std::sort(a.us.begin(), a.us.end());
+            const size_t c = a.us.size();
+            const double med = c % 2 ? a.us[c / 2] : (a.us[c / 2 - 1] + a.us[c / 2]) / 2;
+            double sum = 0;
+            for (double v : a.us) sum += v;
+            t.rows.push_back({name, phase, type, m, n, k, h, m * n * k * h, a.nth,
+                              int64_t(c), med, sum / double(c)});
+        }
+        return t;
+    }
+    throw Error("--by is op-type, op, token, thread, expert or matmul, not '" + by + "'");
 }
 
 }  // namespace profinfer

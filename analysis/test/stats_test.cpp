@@ -134,3 +134,34 @@ TEST(Stats, FormatsAndErrors) {
     EXPECT_NE(bad.status, 0);
     EXPECT_NE(bad.err.find("no such trace database"), std::string::npos) << bad.err;
 }
+
+// Paper Fig. 10's table: every weight MatMul of the dense golden recording, by shape, with
+// dimensions taken from the node and its weight, and counts that add up to the raw nodes.
+TEST(Stats, ByMatMulGroupsWeightMatMulsByShape) {
+    const fs::path trace = golden_trace("llama3.2-1b-full");
+    auto t = stats_table(trace, "matmul").to_json();
+    ASSERT_FALSE(t.empty());
+    int64_t count = 0;
+    for (const auto& r : t) {
+        EXPECT_NE(r["name"], "kq");
+        EXPECT_NE(r["name"], "kqv");
+        EXPECT_EQ(r["mnkh"].get<int64_t>(),
+                  r["m"].get<int64_t>() * r["n"].get<int64_t>() * r["k"].get<int64_t>() * r["h"].get<int64_t>());
+        EXPECT_GT(num(r["median_us"]), 0);
+        if (r["phase"] == "decode") {
+            EXPECT_EQ(r["n"], 1);
+        }
+        count += r["count"].get<int64_t>();
+    }
+    store::Database db(trace, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(count, db.scalar("SELECT count(*) FROM node_times WHERE op = 'MUL_MAT' AND NOT attention"));
+    // The FFN up projection of the tiny card: a hidden × ffn weight (64 → 128).
+    bool up = false;
+    for (const auto& r : t)
+        if (r["name"] == "ffn_up" && r["phase"] == "decode") {
+            up = true;
+            EXPECT_EQ(r["m"], 128);
+            EXPECT_EQ(r["k"], 64);
+        }
+    EXPECT_TRUE(up);
+}

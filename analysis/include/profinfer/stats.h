@@ -20,7 +20,7 @@ struct Table {
     std::string formatted(const std::string& format) const;  // array of objects keyed by column
 };
 
-// BY: op-type, op, token, thread, expert. Throws profinfer::Error for another.
+// BY: op-type, op, token, thread, expert, matmul. Throws profinfer::Error for another.
 Table stats_table(const std::filesystem::path& db, const std::string& by);
 
 // The Wilson score interval of a proportion K/N (95 % at z = 1.96): for shares estimated
