@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <sstream>
@@ -15,11 +16,13 @@ namespace profinfer {
 
 namespace {
 
-std::string cell(const nlohmann::json& v) {
+// Text tables round to 3 decimals for reading; CSV keeps 7 significant digits, so that a
+// slope of 0.0476 ns per M·N·K·H survives a CSV read back by `profinfer fit`.
+std::string cell(const nlohmann::json& v, bool csv = false) {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_float()) {
         char b[32];
-        std::snprintf(b, sizeof b, "%.3f", v.get<double>());
+        std::snprintf(b, sizeof b, csv ? "%.7g" : "%.3f", v.get<double>());
         return b;
     }
     return v.dump();
@@ -59,7 +62,7 @@ std::string Table::to_csv() const {
     o << "\n";
     for (const auto& r : rows) {
         for (size_t c = 0; c < r.size(); ++c) {
-            std::string s = cell(r[c]);
+            std::string s = cell(r[c], true);
             if (s.find_first_of(",\"") != std::string::npos) {
                 std::string q = "\"";
                 for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
@@ -70,6 +73,59 @@ std::string Table::to_csv() const {
         o << "\n";
     }
     return o.str();
+}
+
+Table Table::from_csv(const std::string& text) {
+    std::vector<std::vector<std::string>> lines;
+    std::vector<std::string> cur{""};
+    bool quoted = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') cur.back() += '"', ++i;
+            else if (c == '"') quoted = false;
+            else cur.back() += c;
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            cur.push_back("");
+        } else if (c == '\n') {
+            lines.push_back(std::move(cur));
+            cur = {""};
+        } else if (c != '\r') {
+            cur.back() += c;
+        }
+    }
+    if (cur.size() > 1 || !cur[0].empty()) lines.push_back(std::move(cur));
+    if (lines.empty()) throw Error("CSV: no header line");
+    Table t;
+    t.columns = lines[0];
+    for (size_t l = 1; l < lines.size(); ++l) {
+        if (lines[l].size() != t.columns.size())
+            throw Error("CSV line " + std::to_string(l + 1) + ": " + std::to_string(lines[l].size()) + " cells, the header has " +
+                        std::to_string(t.columns.size()));
+        std::vector<nlohmann::json> r;
+        for (const auto& cell : lines[l]) {
+            if (cell.empty() || cell == "null") {
+                r.push_back(nullptr);
+                continue;
+            }
+            char* end = nullptr;
+            const double d = std::strtod(cell.c_str(), &end);
+            if (end && *end == 0 && (std::isdigit(static_cast<unsigned char>(cell[0])) || cell[0] == '-' || cell[0] == '.'))
+                cell.find_first_of(".eE") == std::string::npos ? r.push_back(int64_t(std::stoll(cell))) : r.push_back(d);
+            else
+                r.push_back(cell);
+        }
+        t.rows.push_back(std::move(r));
+    }
+    return t;
+}
+
+size_t Table::column(const std::string& name) const {
+    auto it = std::find(columns.begin(), columns.end(), name);
+    if (it == columns.end()) throw Error("table has no column '" + name + "'");
+    return size_t(it - columns.begin());
 }
 
 nlohmann::json Table::to_json() const {
@@ -224,7 +280,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
             a.us.push_back(st.column_int(7) / 1e3);
             a.nth = std::max(a.nth, st.column_int(8));
         }
-        Table t{{"name", "phase", "weight_type", "m", "n", "k", "h", "mnkh", "threads", "count", "median_us", "mean_us"}, {}};
+        Table t{{"name", "phase", "weight_type", "m", "n", "k", "h", "mnkh", "nth", "count", "median_us", "mean_us"}, {}};
         for (auto& [key, a] : by_shape) {
             const auto& [name, phase, type, m, n, k, h] = key;
             std::sort(a.us.begin(), a.us.end());

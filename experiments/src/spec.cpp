@@ -107,6 +107,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         if (const auto* a = (*o)["stat"].as_array())
             for (const auto& e : *a) s.stats.push_back(e.value_or(std::string()));
         s.timeline = (*o)["timeline"].value_or(false);
+        s.matmuls = (*o)["matmuls"].value_or(false);
     }
     if (const auto* n = t["notes"].as_array())
         for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));

@@ -209,6 +209,11 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             written.push_back(f);
         }
     }
+    if (spec.matmuls) {
+        std::vector<StudyPoint> pts;
+        for (const auto& r : rows) pts.push_back({r.params, r.db});
+        for (auto& f : summarise_matmuls(spec, pts, out_dir)) written.push_back(f);
+    }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");
     {

@@ -27,7 +27,11 @@ model = ["llama3.2-1b"]
 type = ["f16"]
 threads = [1, 2]
 gen = [8]
+prompt = ["8"]
 backend = ["cpu"]
+[outputs]
+stat = ["matmul"]
+matmuls = true
 [quick]
 backend = ["cpu", "vulkan-that-is-not-here"]
 threads = [2]
@@ -76,8 +80,28 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     EXPECT_NE(r.err.find("[2/2]"), std::string::npos) << r.err;  // progress
     const fs::path index = out / "index.db";
     EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM points WHERE status = 'done'"), 2);
-    for (const char* f : {"table.csv", "table.md", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg"})
+    for (const char* f : {"table.csv", "table.md", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
+                          "matmuls.csv", "fit.csv", "fit.md", "tiny-threads-t1.png", "tiny-threads-t2.svg"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
+    // Fig. 10 across the points: matmuls.csv is every point's `stat --by matmul`, side by side.
+    {
+        size_t rows = 0;
+        for (const auto& f : fs::directory_iterator(out / "points"))
+            if (f.path().extension() == ".db") rows += stats_table(f.path(), "matmul").rows.size();
+        std::ifstream in(out / "matmuls.csv");
+        const Table all = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+        EXPECT_GT(rows, 0u);
+        EXPECT_EQ(all.rows.size(), rows);
+        std::ifstream fin(out / "fit.csv");
+        const Table fit = Table::from_csv(std::string(std::istreambuf_iterator<char>(fin), {}));
+        bool pooled_decode = false;
+        for (const auto& r : fit.rows)
+            if (r[fit.column("model")] == "all" && r[fit.column("batch")] == "n=1") {
+                pooled_decode = true;
+                EXPECT_GT(r[fit.column("ns_per_mnkh")].get<double>(), 0);
+            }
+        EXPECT_TRUE(pooled_decode);
+    }
     // Each point's DB is a complete recording of its own command.
     {
         sqlite3* h = nullptr;
@@ -119,12 +143,10 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     ASSERT_EQ(diff.status, 0) << diff.err;
     const auto rows = nlohmann::json::parse(diff.out);
     ASSERT_FALSE(rows.empty());
-    auto per_call = [](const fs::path& db, const std::string& op) {
-        double total = 0;
-        for (const auto& row : stats_table(db, "op-type").to_json())
-            if (row["op"] == op) total = row["total_ms"].get<double>();
+    auto per_call = [](const fs::path& db, const std::string& op) {  // diff's default: the decode calls
         store::Database s(db, store::Database::Mode::ReadOnly);
-        return total / double(s.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"));
+        return double(s.scalar("SELECT sum(dur_ns) FROM node_times WHERE phase = 'decode' AND op = '" + op + "'")) / 1e6 /
+               double(s.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"));
     };
     bool matmul = false;
     for (const auto& row : rows) {

@@ -18,6 +18,12 @@ struct Table {
     nlohmann::json to_json() const;
     // The table as FORMAT: table (aligned text), csv or json — what --format chooses.
     std::string formatted(const std::string& format) const;  // array of objects keyed by column
+
+    // The inverse of to_csv: a header line, then rows; numbers become numbers, empty cells
+    // null. Throws profinfer::Error on a row whose width differs from the header's.
+    static Table from_csv(const std::string& text);
+    // Column index by name; throws profinfer::Error when absent.
+    size_t column(const std::string& name) const;
 };
 
 // BY: op-type, op, token, thread, expert, matmul. Throws profinfer::Error for another.

@@ -39,6 +39,8 @@ struct ExperimentSpec {
     std::string dag;
     std::vector<std::string> stats;
     bool timeline = false;
+    // Paper Fig. 10 across the points: matmuls.csv, fit.csv/.md and a figure per thread count.
+    bool matmuls = false;
 
     static ExperimentSpec load(const std::filesystem::path& file);
     // The points of the sweep (Cartesian product, in the spec's order), quick or full.
@@ -81,5 +83,17 @@ nlohmann::json point_metrics(const std::filesystem::path& db, const std::string&
 // sweep (quick or full) count: an index may also hold the other sweep's points.
 std::vector<std::filesystem::path> summarise_experiment(const ExperimentSpec& spec, const std::filesystem::path& out_dir,
                                                         bool quick);
+
+// A recorded point of a study: its parameters and trace DB.
+struct StudyPoint {
+    std::map<std::string, std::string> params;
+    std::filesystem::path db;
+};
+
+// Paper Fig. 10: every point's weight MatMuls (stat --by matmul) in matmuls.csv, a line
+// time = a + b·M·N·K·H per model, type, backend, thread count and batch class (N = 1, N > 1), pooled over the
+// models (fit.csv, fit.md), and a log-log figure per thread count; returns the files.
+std::vector<std::filesystem::path> summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                                     const std::filesystem::path& out_dir);
 
 }  // namespace profinfer

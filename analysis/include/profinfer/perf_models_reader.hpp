@@ -1,0 +1,126 @@
+#pragma once
+// Reads the performance models `profinfer fit` writes (models.json, schema
+// "profinfer.models" version 1, docs/models.md) and answers a scheduler's questions:
+// how long will this MatMul take on backend X, which backend should run it, how fast will
+// this model decode. Header-only; needs the C++17 standard library and nlohmann/json only.
+//
+//   #include "profinfer/perf_models_reader.hpp"
+//   auto models = profinfer::perf::Models::load("results/host/models/models.json");
+//   std::optional<double> us = models.matmul_us("cpu", "q4_0", 2, 8192, 1, 2048);
+//
+// A MatMul is given as its M (output features), N (tokens in the batch), K (input
+// features) and H (remaining dimensions, 1 for weight MatMuls). Times are microseconds.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace profinfer::perf {
+
+inline constexpr const char* kSchema = "profinfer.models";
+inline constexpr int kSchemaVersion = 1;
+
+// One weight MatMul of a model's decode step: its shape and how often a token runs it.
+struct MatMulShape {
+    std::string name;
+    int64_t m = 0, k = 0;
+    int per_token = 1;
+};
+
+class Models {
+public:
+    explicit Models(nlohmann::json j) : j_(std::move(j)) {
+        if (j_.value("schema", "") != kSchema) throw std::runtime_error("not a profinfer models file (schema)");
+        if (j_.value("version", 0) != kSchemaVersion)
+            throw std::runtime_error("models file version " + std::to_string(j_.value("version", 0)) + ", this reader reads " +
+                                     std::to_string(kSchemaVersion));
+    }
+    static Models load(const std::string& path) {
+        std::ifstream in(path);
+        if (!in) throw std::runtime_error("cannot open " + path);
+        try {
+            return Models(nlohmann::json::parse(in));
+        } catch (const nlohmann::json::exception& e) {
+            throw std::runtime_error(path + ": " + e.what());
+        }
+    }
+    const nlohmann::json& json() const { return j_; }
+
+    // The MatMul model entry for a backend, weight type, thread count and batch size, or
+    // nullptr. N = 1 and N > 1 are separate regimes (a weight streamed once per token, or
+    // reused across the batch's tokens).
+    const nlohmann::json* matmul_entry(const std::string& backend, const std::string& type, int threads, int64_t n) const {
+        const std::string batch = n == 1 ? "n=1" : "n>1";
+        for (const auto& e : j_.value("matmul", nlohmann::json::array()))
+            if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads &&
+                e.value("batch", "") == batch)
+                return &e;
+        return nullptr;
+    }
+
+    // Predicted time of one MatMul by the entry's chosen model ("use": linear or roofline).
+    std::optional<double> matmul_us(const std::string& backend, const std::string& type, int threads, int64_t m, int64_t n,
+                                    int64_t k, int64_t h = 1) const {
+        const nlohmann::json* e = matmul_entry(backend, type, threads, n);
+        if (!e) return std::nullopt;
+        return evaluate(*e, e->value("use", "linear"), m, n, k, h);
+    }
+
+    // The model of KIND ("linear" or "roofline") of an entry at a shape.
+    static double evaluate(const nlohmann::json& e, const std::string& kind, int64_t m, int64_t n, int64_t k, int64_t h) {
+        const double mnkh = double(m) * double(n) * double(k) * double(h);
+        if (kind == "roofline") {
+            const auto& r = e.at("roofline");
+            const double bytes = double(m) * double(k) * r.at("weight_bytes_per_elem").get<double>() +
+                                 4.0 * double(k) * double(n) * double(h) + 4.0 * double(m) * double(n) * double(h);
+            return std::max(2.0 * mnkh / (r.at("gops").get<double>() * 1e3), bytes / (r.at("gbs").get<double>() * 1e3));
+        }
+        const auto& l = e.at("linear");
+        return l.at("intercept_us").get<double>() + l.at("us_per_mnkh").get<double>() * mnkh;
+    }
+
+    // Among CANDIDATES (every backend with a model when empty): the one predicted fastest
+    // for this MatMul, with its time; nullopt when none has a model.
+    std::optional<std::pair<std::string, double>> best_backend(const std::string& type, int threads, int64_t m, int64_t n,
+                                                               int64_t k, int64_t h = 1,
+                                                               std::vector<std::string> candidates = {}) const {
+        if (candidates.empty())
+            for (const auto& e : j_.value("matmul", nlohmann::json::array()))
+                if (std::find(candidates.begin(), candidates.end(), e.value("backend", "")) == candidates.end())
+                    candidates.push_back(e.value("backend", ""));
+        std::optional<std::pair<std::string, double>> best;
+        for (const auto& b : candidates)
+            if (auto t = matmul_us(b, type, threads, m, n, k, h); t && (!best || *t < best->second)) best = {{b, *t}};
+        return best;
+    }
+
+    // Decode time per token (ms) of a dense model: its weight MatMuls by the MatMul model
+    // plus everything else by the decode entry's per-layer line; nullopt without models.
+    std::optional<double> decode_ms(const std::vector<MatMulShape>& shapes, int layers, const std::string& backend,
+                                    const std::string& type, int threads) const {
+        const nlohmann::json* d = nullptr;
+        for (const auto& e : j_.value("decode", nlohmann::json::array()))
+            if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads) d = &e;
+        if (!d) return std::nullopt;
+        double us = 0;
+        for (const auto& s : shapes) {
+            auto t = matmul_us(backend, type, threads, s.m, 1, s.k);
+            if (!t) return std::nullopt;
+            us += *t * s.per_token;
+        }
+        const auto& o = d->at("other_ms");
+        return us / 1e3 + o.at("intercept").get<double>() + o.at("per_layer").get<double>() * layers;
+    }
+
+private:
+    nlohmann::json j_;
+};
+
+}  // namespace profinfer::perf
