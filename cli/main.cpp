@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     profinfer::cli::add_model(app, action);
     profinfer::cli::add_diff(app, action);
     profinfer::cli::add_experiment(app, action);
+    profinfer::cli::add_fit(app, action);
+    profinfer::cli::add_predict(app, action);
 
     // A reader that goes away (gnuplot, dot, `| head`) is an error to report, not a signal to die of.
     signal(SIGPIPE, SIG_IGN);

@@ -16,6 +16,8 @@ void add_bench_machine(CLI::App& app, std::function<int()>& action);
 void add_report(CLI::App& app, std::function<int()>& action);
 void add_experiment(CLI::App& app, std::function<int()>& action);
 void add_diff(CLI::App& app, std::function<int()>& action);
+void add_fit(CLI::App& app, std::function<int()>& action);
+void add_predict(CLI::App& app, std::function<int()>& action);
 
 // Every analysis command reads its input through this first: one warning line on
 // stderr for a run that is not complete or lost data; an error for a trace format newer

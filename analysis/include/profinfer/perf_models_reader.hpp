@@ -58,7 +58,7 @@ public:
     // reused across the batch's tokens).
     const nlohmann::json* matmul_entry(const std::string& backend, const std::string& type, int threads, int64_t n) const {
         const std::string batch = n == 1 ? "n=1" : "n>1";
-        for (const auto& e : j_.value("matmul", nlohmann::json::array()))
+        for (const auto& e : list("matmul"))
             if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads &&
                 e.value("batch", "") == batch)
                 return &e;
@@ -92,7 +92,7 @@ public:
                                                                int64_t k, int64_t h = 1,
                                                                std::vector<std::string> candidates = {}) const {
         if (candidates.empty())
-            for (const auto& e : j_.value("matmul", nlohmann::json::array()))
+            for (const auto& e : list("matmul"))
                 if (std::find(candidates.begin(), candidates.end(), e.value("backend", "")) == candidates.end())
                     candidates.push_back(e.value("backend", ""));
         std::optional<std::pair<std::string, double>> best;
@@ -106,7 +106,7 @@ public:
     std::optional<double> decode_ms(const std::vector<MatMulShape>& shapes, int layers, const std::string& backend,
                                     const std::string& type, int threads) const {
         const nlohmann::json* d = nullptr;
-        for (const auto& e : j_.value("decode", nlohmann::json::array()))
+        for (const auto& e : list("decode"))
             if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads) d = &e;
         if (!d) return std::nullopt;
         double us = 0;
@@ -120,6 +120,13 @@ public:
     }
 
 private:
+    // The array under KEY (an empty one when absent), by reference: entries are returned
+    // as pointers into the document.
+    const nlohmann::json& list(const char* key) const {
+        static const nlohmann::json empty = nlohmann::json::array();
+        auto it = j_.find(key);
+        return it == j_.end() ? empty : *it;
+    }
     nlohmann::json j_;
 };
 

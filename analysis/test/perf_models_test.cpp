@@ -1,0 +1,102 @@
+// The performance models: card shapes against recorded graphs, the header-only reader on
+// its own, and `profinfer fit` / `predict` on sweeps with a known law.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "model_card.h"
+#include "profinfer/perf_models.h"
+#include "profinfer/perf_models_reader.hpp"
+#include "profinfer/error.h"
+#include "profinfer/stats.h"
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+// The weight MatMuls a card implies are the ones llama.cpp ran: every decode call of the
+// golden recordings (tiny variants of three architectures) has exactly those shapes.
+TEST(PerfModels, CardShapesAreTheRecordedWeightMatMuls) {
+    for (const std::string name : {"llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"}) {
+        const ModelCard card = ModelCard::load(name, ModelCard::Scale::Tiny);
+        std::multiset<std::pair<int64_t, int64_t>> expected;
+        for (const auto& s : card_matmuls(card))
+            for (int i = 0; i < s.per_token; ++i) expected.insert({s.m, s.k});
+        store::Database db(golden_trace(name + "-full"), store::Database::Mode::ReadOnly);
+        const int64_t call = db.scalar("SELECT min(call) FROM calls WHERE phase = 'decode'");
+        std::multiset<std::pair<int64_t, int64_t>> recorded;
+        store::Statement st(db.handle(),
+                            ("SELECT n.ne0, s.ne0 FROM call_nodes n JOIN node_srcs s ON s.node_id = n.id AND s.slot = 0 "
+                             "WHERE n.op = 'MUL_MAT' AND NOT n.attention AND n.call = " + std::to_string(call)).c_str());
+        while (st.step()) recorded.insert({st.column_int(0), st.column_int(1)});
+        EXPECT_EQ(recorded, expected) << name;
+    }
+    EXPECT_THROW(card_matmuls(ModelCard::load("qwen1.5-moe-a2.7b", ModelCard::Scale::Tiny)), Error);
+}
+
+namespace {
+// A results directory whose sweeps follow time = 5 µs + 0.05 ns·MNKH (±2 % noise) and
+// decode = MatMuls + 1 ms + 0.2 ms per layer.
+void write_results(const fs::path& dir) {
+    fs::create_directories(dir / "matmul-dims");
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> noise(-0.02, 0.02);
+    std::ofstream mm(dir / "matmul-dims" / "matmuls.csv"), tab(dir / "matmul-dims" / "table.csv");
+    mm << "model,type,backend,threads,name,phase,weight_type,m,n,k,h,mnkh,nth,count,median_us,mean_us\n";
+    tab << "model,threads,decode_tps\n";
+    for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "tinyllama-1.1b", "qwen2.5-1.5b"}) {
+        const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
+        double ms = 1.0 + 0.2 * card.layers;
+        for (const auto& s : card_matmuls(card)) {
+            for (int64_t n : {1, 16}) {
+                const double mnkh = double(s.m) * double(n) * double(s.k);
+                const double us = (5 + 0.05e-3 * mnkh / (n == 1 ? 1 : 4)) * (1 + noise(rng));
+                mm << model << ",q4_0,cpu,2," << s.name << "," << (n == 1 ? "decode" : "prefill") << ",q4_0," << s.m << "," << n
+                   << "," << s.k << ",1," << int64_t(mnkh) << ",2,10," << us << "," << us << "\n";
+                if (n == 1) ms += (5 + 0.05e-3 * mnkh) * s.per_token / 1e3;
+            }
+        }
+        tab << model << ",2," << 1000 / ms << "\n";
+    }
+}
+}  // namespace
+
+TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
+    TempDir d;
+    write_results(d / "host");
+    auto r = run({profinfer_bin(), "fit", d / "host", "-o", d / "models" / "models.json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto m = perf::Models::load(d / "models" / "models.json");
+    const auto* e = m.matmul_entry("cpu", "q4_0", 2, 1);
+    ASSERT_NE(e, nullptr);
+    EXPECT_NEAR((*e)["linear"]["us_per_mnkh"].get<double>(), 0.05e-3, 0.002e-3);
+    EXPECT_NEAR((*e)["linear"]["intercept_us"].get<double>(), 5.0, 1.0);
+    EXPECT_GE((*e)["heldout"]["linear"]["within_10pct"].get<double>(), 0.95);
+    EXPECT_EQ((*e)["use"], "linear");  // no machine.json: no roofline to compare
+    EXPECT_NEAR((*m.matmul_entry("cpu", "q4_0", 2, 16))["linear"]["us_per_mnkh"].get<double>(), 0.0125e-3, 0.001e-3);
+    const auto& dec = m.json()["decode"][0];
+    EXPECT_NEAR(dec["other_ms"]["per_layer"].get<double>(), 0.2, 0.05);
+    EXPECT_LT(dec["heldout"]["mape_pct"].get<double>(), 3.0);
+    for (const char* f : {"models.md", "matmul-heldout.csv", "decode-heldout.csv", "matmul-heldout-t2.png", "decode-heldout.svg"})
+        EXPECT_TRUE(fs::exists(d / "models" / f)) << f;
+    // predict: the card's shapes through the reader; a model the sweep never ran.
+    auto p = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "2", "--json"});
+    ASSERT_EQ(p.status, 0) << p.err;
+    const auto pj = nlohmann::json::parse(p.out);
+    const ModelCard c = ModelCard::load("llama3.2-3b", ModelCard::Scale::Full);
+    double ms = 1.0 + 0.2 * c.layers;
+    for (const auto& s : card_matmuls(c)) ms += (5 + 0.05e-3 * double(s.m) * double(s.k)) * s.per_token / 1e3;
+    EXPECT_NEAR(pj["decode_tps"].get<double>(), 1000 / ms, 0.05 * 1000 / ms);
+    auto text = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "2"});
+    EXPECT_EQ(text.out.rfind("decode: ", 0), 0u) << text.out;
+    auto none = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "4"});
+    EXPECT_NE(none.status, 0);
+    EXPECT_NE(none.err.find("no decode model"), std::string::npos) << none.err;
+    auto missing = run({profinfer_bin(), "fit", d / "models", "-o", d / "x.json"});
+    EXPECT_NE(missing.status, 0);
+    EXPECT_NE(missing.err.find("matmuls.csv"), std::string::npos) << missing.err;
+}
