@@ -351,6 +351,31 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     if (out["decode"].empty())
         md << "| – | no decode model: it needs four dense models with a card at one thread count (three to fit, one "
               "to check) | | | | | |\n";
+    // Paper Fig. 13: expert reuse distance against the MoE operator's time (ffn_moe_up, every
+    // layer, decode calls), from the moe-experts study's per-call tables.
+    std::vector<double> dist, time_us;
+    if (fs::is_directory(results_dir / "moe-experts" / "points"))
+        for (const auto& f : fs::directory_iterator(results_dir / "moe-experts" / "points")) {
+            const std::string n = f.path().filename().string();
+            const std::string suffix = "-stat-expert-call.csv";
+            if (n.size() < suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+            const Table t = read_table(f.path());
+            for (const auto& r : t.rows)
+                if (r[t.column("node")] == "ffn_moe_up" && r[t.column("phase")] == "decode" &&
+                    r[t.column("mean_reuse_distance")].is_number())
+                    dist.push_back(r[t.column("mean_reuse_distance")].get<double>()),
+                        time_us.push_back(r[t.column("time_us")].get<double>());
+        }
+    md << "\n### MoE: expert reuse distance vs operator time (Fig. 13)\n\n";
+    try {
+        const Correlation c = pearson(dist, time_us);
+        out["moe"] = {{"node", "ffn_moe_up"}, {"pairs", c.n}, {"pearson_r", c.r}, {"r_ci95", {c.lo, c.hi}},
+                      {"source", "moe-experts/points/*-stat-expert-call.csv (decode calls, every layer)"}};
+        md << "ffn_moe_up, every layer, decode calls: Pearson r = " << fmt(c.r) << " [" << fmt(c.lo) << ", " << fmt(c.hi)
+           << "] (95 %, Fisher z) over " << c.n << " (call, layer) pairs.\n";
+    } catch (const Error& e) {
+        md << "No correlation: " << e.what() << " (needs the moe-experts study's stat-expert-call tables).\n";
+    }
     FitResult res;
     fs::create_directories(out_dir);
     OutputFile::write(out_dir / "matmul-heldout.csv", heldout.to_csv());

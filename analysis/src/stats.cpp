@@ -256,6 +256,20 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "SELECT layer, node, expert, count(*), avg(dist) FROM d GROUP BY layer, node, expert "
                     "ORDER BY layer, node, expert");
     }
+    if (by == "expert-call") {
+        // Paper Fig. 13 per point in time: each MoE node (MUL_MAT_ID) of each call, its time,
+        // the experts it activated and their mean reuse distance (calls since the same node
+        // and layer last used each; an expert's first use has none and is counted apart).
+        return rows({"call", "phase", "layer", "node", "experts", "first_uses", "mean_reuse_distance", "time_us"},
+                    "WITH x AS (SELECT DISTINCT layer, base AS node, expert, call FROM expert_uses), "
+                    "d AS (SELECT layer, node, expert, call, call - lag(call) OVER (PARTITION BY layer, node, expert "
+                    "ORDER BY call) AS dist FROM x), "
+                    "a AS (SELECT call, layer, node, count(*) AS experts, sum(dist IS NULL) AS first_uses, avg(dist) AS "
+                    "mean_dist FROM d GROUP BY call, layer, node) "
+                    "SELECT a.call, c.phase, a.layer, a.node, a.experts, a.first_uses, a.mean_dist, t.dur_ns / 1e3 "
+                    "FROM a JOIN calls c ON c.call = a.call JOIN node_times t ON t.call = a.call AND t.base = a.node AND "
+                    "t.layer = a.layer AND t.op = 'MUL_MAT_ID' ORDER BY a.call, a.layer, a.node");
+    }
     if (by == "matmul") {
         // Paper Fig. 10: every weight MatMul (MUL_MAT, not the attention KQ/KQV) grouped by
         // name, phase and dimensions — M rows of the weight (output features), K its row
@@ -293,7 +307,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         }
         return t;
     }
-    throw Error("--by is op-type, op, token, thread, expert or matmul, not '" + by + "'");
+    throw Error("--by is op-type, op, token, thread, expert, expert-call or matmul, not '" + by + "'");
 }
 
 }  // namespace profinfer

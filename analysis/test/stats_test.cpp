@@ -165,3 +165,40 @@ TEST(Stats, ByMatMulGroupsWeightMatMulsByShape) {
         }
     EXPECT_TRUE(up);
 }
+
+// Paper Fig. 13 per call: every MoE node of every call, with its experts' reuse distance
+// recomputed here from the raw ids.
+TEST(Stats, ByExpertCallMatchesTheRawIds) {
+    const fs::path trace = moe_recording();
+    auto t = stats_table(trace, "expert-call").to_json();
+    ASSERT_FALSE(t.empty());
+    store::Database db(trace, store::Database::Mode::ReadOnly);
+    // (layer, node, expert) → calls that used it, from expert_uses.
+    std::map<std::tuple<int64_t, std::string, int64_t>, std::set<int64_t>> used;
+    {
+        store::Statement st(db.handle(), "SELECT layer, base, expert, call FROM expert_uses");
+        while (st.step()) used[{st.column_int(0), st.column_text(1), st.column_int(2)}].insert(st.column_int(3));
+    }
+    for (const auto& r : t) {
+        const int64_t call = r["call"], layer = r["layer"];
+        const std::string node = r["node"];
+        int64_t experts = 0, first = 0;
+        double dist = 0;
+        for (const auto& [k, calls] : used) {
+            if (std::get<0>(k) != layer || std::get<1>(k) != node || !calls.count(call)) continue;
+            ++experts;
+            auto it = calls.find(call);
+            if (it == calls.begin()) {
+                ++first;
+            } else {
+                dist += double(call - *std::prev(it));
+            }
+        }
+        EXPECT_EQ(r["experts"].get<int64_t>(), experts);
+        EXPECT_EQ(r["first_uses"].get<int64_t>(), first);
+        if (experts > first) {
+            EXPECT_NEAR(num(r["mean_reuse_distance"]), dist / double(experts - first), 1e-9);
+        }
+        EXPECT_GT(num(r["time_us"]), 0);
+    }
+}
