@@ -33,6 +33,15 @@ std::vector<perf::MatMulShape> card_matmuls(const ModelCard& c) {
             {"ffn_gate", F, H, L},    {"ffn_up", F, H, L},    {"ffn_out", H, F, L}, {"result_output", int64_t(c.vocab), H, 1}};
 }
 
+LinearFit fit_matmul_line(const std::vector<double>& mnkh, const std::vector<double>& us) {
+    const auto n = Eigen::Index(us.size());
+    Eigen::MatrixXd X(n, 2);
+    Eigen::VectorXd y(n), w(n);
+    for (Eigen::Index i = 0; i < n; ++i)
+        X(i, 0) = 1, X(i, 1) = mnkh[size_t(i)], y[i] = us[size_t(i)], w[i] = 1 / (us[size_t(i)] * us[size_t(i)]);
+    return least_squares(X, y, {"intercept_us", "us_per_mnkh"}, w);
+}
+
 namespace {
 
 Table read_table(const fs::path& f) {
@@ -65,16 +74,10 @@ std::string compute_kind_of(const std::string& type) {
     return "int8";  // quantised weights: int8 dot products on quantised activations
 }
 
-// time_us = a + b·MNKH, for relative error (weights 1/time²).
 LinearFit fit_points(const std::vector<const Point*>& pts) {
-    const auto n = Eigen::Index(pts.size());
-    Eigen::MatrixXd X(n, 2);
-    Eigen::VectorXd y(n), w(n);
-    for (Eigen::Index i = 0; i < n; ++i) {
-        const Point& p = *pts[size_t(i)];
-        X(i, 0) = 1, X(i, 1) = double(p.m) * double(p.n) * double(p.k) * double(p.h), y[i] = p.us, w[i] = 1 / (p.us * p.us);
-    }
-    return least_squares(X, y, {"intercept_us", "us_per_mnkh"}, w);
+    std::vector<double> mnkh, us;
+    for (const Point* p : pts) mnkh.push_back(double(p->m) * double(p->n) * double(p->k) * double(p->h)), us.push_back(p->us);
+    return fit_matmul_line(mnkh, us);
 }
 
 nlohmann::json linear_json(const LinearFit& f) {

@@ -10,6 +10,7 @@
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
 #include "profinfer/output_file.h"
+#include "profinfer/perf_models.h"
 #include "profinfer/plotter.h"
 #include "profinfer/regression.h"
 #include "profinfer/stats.h"
@@ -33,16 +34,6 @@ std::string fmt(double v, const char* f = "%.3g") {
 struct Group {
     std::vector<double> mnkh, us;
 };
-
-// time_us = a + b · MNKH, fitted for relative error (weights 1/time²: the shapes span four
-// orders of magnitude and each should be predicted to the same percentage).
-LinearFit fit_group(const Group& g) {
-    const auto n = Eigen::Index(g.us.size());
-    Eigen::MatrixXd X(n, 2);
-    Eigen::VectorXd y(n), w(n);
-    for (Eigen::Index i = 0; i < n; ++i) X(i, 0) = 1, X(i, 1) = g.mnkh[i], y[i] = g.us[i], w[i] = 1 / (g.us[i] * g.us[i]);
-    return least_squares(X, y, {"intercept_us", "us_per_mnkh"}, w);
-}
 
 double max_rel_err_pct(const LinearFit& f, const Group& g) {
     double worst = 0;
@@ -108,7 +99,7 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
             if (g.us.size() < 3) continue;  // two shapes fix a line and leave nothing to test it
             LinearFit f;
             try {
-                f = fit_group(g);
+                f = fit_matmul_line(g.mnkh, g.us);
             } catch (const Error&) {
                 continue;  // one distinct shape (rank 1): no line
             }

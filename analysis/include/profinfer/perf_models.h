@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profinfer/perf_models_reader.hpp"
+#include "profinfer/regression.h"
 
 namespace profinfer {
 
@@ -21,6 +22,11 @@ struct ModelCard;
 // Q, K, V, attention output, FFN gate, up and down per layer, and the output head.
 // Throws profinfer::Error for an MoE card (its expert MatMuls are MUL_MAT_ID).
 std::vector<perf::MatMulShape> card_matmuls(const ModelCard& card);
+
+// Weight-MatMul time (µs) = intercept_us + us_per_mnkh · M·N·K·H, least squares for
+// relative error (weights 1/time²: shapes span four orders of magnitude and each should
+// be predicted to the same percentage). The one line the Fig. 10 study and `fit` both draw.
+LinearFit fit_matmul_line(const std::vector<double>& mnkh, const std::vector<double>& us);
 
 struct FitResult {
     nlohmann::json models;                       // what models.json holds
