@@ -117,7 +117,10 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
         for (const auto& n : parse_graph_dump(dump.out)) per_decode_call += n.call == 1 && n.computed();
         ASSERT_GT(per_decode_call, 20u);
     }
-    pid_t target = spawn({program, tiny_model(c.card), "Hello", "1500", "2", "--no-callback"}, d / "out");
+    // Long enough that attaching (BPF load, symbol lookup, probes: a few hundred ms, more on
+    // a loaded machine) ends well before the target does: 1500 calls of a tiny model took
+    // under a second untraced, and one CI run attached too late (ESRCH).
+    pid_t target = spawn({program, tiny_model(c.card), "Hello", "5000", "2", "--no-callback"}, d / "out");
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2}") != std::string::npos; },
                            std::chrono::seconds(60)));
     auto r = run({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid", std::to_string(target)});
