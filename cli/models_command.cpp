@@ -1,8 +1,13 @@
 // profinfer fit / predict: the performance models (docs/models.md).
+#include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include "model_card.h"
 #include "profinfer/error.h"
+#include "profinfer/llama_install.h"
+#include "profinfer/stats.h"
+#include "profinfer/subprocess.h"
 #include "profinfer/output_file.h"
 #include "profinfer/perf_models.h"
 #include "subcommands.h"
@@ -77,6 +82,147 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                 std::printf("%-14s %7lld %7lld %9d %10.1f %12.1f\n", r["name"].get<std::string>().c_str(),
                             (long long)r["m"].get<int64_t>(), (long long)r["k"].get<int64_t>(), r["per_token"].get<int>(),
                             r["us"].get<double>(), r["us_per_token"].get<double>());
+            return 0;
+        };
+    });
+}
+
+
+namespace {
+
+// The GGUF tensor a card's weight MatMul multiplies by, as an --override-tensor regex;
+// empty when it cannot be moved alone (a tied output head is the token embedding table).
+std::string weight_pattern(const std::string& shape, const ModelCard& c) {
+    static const std::map<std::string, std::string> kWeight = {{"Qcur", "attn_q"},       {"Kcur", "attn_k"},
+                                                               {"Vcur", "attn_v"},       {"attn_out", "attn_output"},
+                                                               {"ffn_gate", "ffn_gate"}, {"ffn_up", "ffn_up"},
+                                                               {"ffn_out", "ffn_down"}};
+    if (shape == "result_output") return c.tied_embeddings ? "" : "output\\.weight";
+    auto it = kWeight.find(shape);
+    return it == kWeight.end() ? "" : "blk\\.[0-9]+\\." + it->second + "\\.weight";
+}
+
+struct BenchResult {
+    double pp = NAN, pp_sd = NAN, tg = NAN, tg_sd = NAN;
+};
+
+BenchResult bench(const std::vector<std::string>& argv) {
+    auto r = run_process(argv);
+    if (r.status != 0) throw Error("llama-bench failed (exit " + std::to_string(r.status) + "): " + r.err.substr(0, 400));
+    BenchResult b;
+    for (const auto& t : nlohmann::json::parse(r.out)) {
+        if (t.value("n_gen", 0) > 0) b.tg = t.value("avg_ts", NAN), b.tg_sd = t.value("stddev_ts", NAN);
+        else if (t.value("n_prompt", 0) > 0) b.pp = t.value("avg_ts", NAN), b.pp_sd = t.value("stddev_ts", NAN);
+    }
+    return b;
+}
+
+}  // namespace
+
+void add_plan(CLI::App& app, std::function<int()>& action) {
+    auto models = std::make_shared<std::string>();
+    auto card = std::make_shared<std::string>();
+    auto type = std::make_shared<std::string>("q4_0");
+    auto threads = std::make_shared<int>(2);
+    auto compare = std::make_shared<std::string>();
+    auto out = std::make_shared<std::string>();
+    auto reps = std::make_shared<int>(3);
+    auto* cmd = app.add_subcommand("plan", "Choose CPU or Vulkan per weight MatMul from fitted models, as --override-tensor patterns");
+    cmd->footer("For each weight MatMul of the card's decode step, the backend models.json predicts fastest (cpu or\n"
+                "vulkan; a backend without a model is not chosen). Prints the choice per weight and llama.cpp's\n"
+                "-ot pattern that places the Vulkan ones ('none' when all stay on the CPU); run with -ngl 0 -nopo 1.\n"
+                "--compare MODEL.gguf runs llama-bench (the Vulkan build, GGML_VK_VISIBLE_DEVICES=0) with the plan,\n"
+                "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 64 -n 32, --reps each, and prints\n"
+                "decode and prefill speed side by side; -o DIR writes plan.json, plan.md and plan.csv there.");
+    cmd->add_option("models", *models, "models.json from profinfer fit")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--card", *card, "Model card name (models/cards) or .toml file")->required();
+    cmd->add_option("--type", *type, "Weight type")->capture_default_str();
+    cmd->add_option("--threads", *threads, "Threads")->check(CLI::Range(1, 1024))->capture_default_str();
+    cmd->add_option("--compare", *compare, "A GGUF of the card to measure the plan against each single backend")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--reps", *reps, "llama-bench repetitions per configuration")->check(CLI::Range(1, 100))->capture_default_str();
+    cmd->add_option("-o,--output-dir", *out, "Write plan.json, plan.md, plan.csv here");
+    cmd->callback([&action, models, card, type, threads, compare, out, reps] {
+        action = [models, card, type, threads, compare, out, reps] {
+            const auto m = perf::Models::load(*models);
+            const ModelCard c = ModelCard::load(*card, ModelCard::Scale::Full);
+            nlohmann::json plan{{"card", c.name}, {"type", *type}, {"threads", *threads}, {"weights", nlohmann::json::array()}};
+            std::vector<std::string> on_vulkan;
+            std::ostringstream md;
+            md << "# Plan for " << c.name << " (" << *type << ", " << *threads << " threads) from " << *models << "\n\n"
+               << "| weight MatMul | m × k | per token | CPU µs | Vulkan µs | choice |\n|---|---|---|---|---|---|\n";
+            for (const auto& s : card_matmuls(c)) {
+                const auto cpu = m.matmul_us("cpu", *type, *threads, s.m, 1, s.k);
+                const auto vk = m.matmul_us("vulkan", *type, *threads, s.m, 1, s.k);
+                const std::string pattern = weight_pattern(s.name, c);
+                std::string choice = "cpu", why;
+                if (!cpu && !vk) throw Error(*models + " has no N = 1 MatMul model for " + *type + " at " + std::to_string(*threads) + " threads");
+                if (vk && (!cpu || *vk < *cpu)) {
+                    if (pattern.empty()) why = " (predicted faster on Vulkan, but the tied output head cannot move alone)";
+                    else choice = "vulkan", on_vulkan.push_back(pattern);
+                }
+                plan["weights"].push_back({{"matmul", s.name}, {"m", s.m}, {"k", s.k}, {"per_token", s.per_token},
+                                           {"cpu_us", cpu ? nlohmann::json(*cpu) : nlohmann::json(nullptr)},
+                                           {"vulkan_us", vk ? nlohmann::json(*vk) : nlohmann::json(nullptr)},
+                                           {"choice", choice}, {"pattern", pattern}});
+                char b[256];
+                std::snprintf(b, sizeof b, "| %s | %lld × %lld | %d | %s | %s | %s%s |\n", s.name.c_str(), (long long)s.m,
+                              (long long)s.k, s.per_token, cpu ? std::to_string(int64_t(*cpu)).c_str() : "–",
+                              vk ? std::to_string(int64_t(*vk)).c_str() : "–", choice.c_str(), why.c_str());
+                md << b;
+            }
+            std::string ot;
+            for (const auto& p : on_vulkan) ot += (ot.empty() ? "" : ";") + p + "=Vulkan0";
+            plan["override_tensor"] = ot.empty() ? "none" : ot;
+            md << "\nPlan: " << (ot.empty() ? "every weight MatMul on the CPU (no -ot)" : "`-ngl 0 -nopo 1 -ot \"" + ot + "\"`") << "\n";
+            if (!compare->empty()) {
+                setenv("GGML_VK_VISIBLE_DEVICES", "0", 1);  // lavapipe is a CPU-type device ggml-vulkan hides otherwise
+                const std::string b = LlamaInstall::locate("vulkan", false).program("llama-bench").string();
+                const std::vector<std::string> base{b, "-m", *compare, "-t", std::to_string(*threads), "-p", "64", "-n", "32",
+                                                    "-r", std::to_string(*reps), "-o", "json"};
+                struct Config {
+                    std::string name;
+                    std::vector<std::string> extra;
+                };
+                std::vector<Config> configs{{"cpu", {"-ngl", "0", "-nopo", "1"}}, {"vulkan", {"-ngl", "99"}}};
+                Config p{"plan", {"-ngl", "0", "-nopo", "1"}};
+                if (!ot.empty()) p.extra.insert(p.extra.end(), {"-ot", ot});
+                configs.insert(configs.begin(), p);
+                Table t{{"config", "decode_tps", "decode_sd", "prefill_tps", "prefill_sd", "command"}, {}};
+                md << "\nMeasured (llama-bench -p 64 -n 32 -r " << *reps << ", GGML_VK_VISIBLE_DEVICES=0):\n\n"
+                   << "| config | decode tok/s | prefill tok/s |\n|---|---|---|\n";
+                double best_single = 0, planned = 0;
+                for (const auto& cfg : configs) {
+                    auto argv = base;
+                    argv.insert(argv.end(), cfg.extra.begin(), cfg.extra.end());
+                    std::cerr << "profinfer plan: measuring " << cfg.name << " …\n";
+                    const BenchResult r = bench(argv);
+                    std::string shown;
+                    for (const auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
+                    t.rows.push_back({cfg.name, r.tg, r.tg_sd, r.pp, r.pp_sd, shown});
+                    char line[160];
+                    std::snprintf(line, sizeof line, "| %s | %.2f ± %.2f | %.1f ± %.1f |\n", cfg.name.c_str(), r.tg, r.tg_sd, r.pp, r.pp_sd);
+                    md << line;
+                    plan["measured"][cfg.name] = {{"decode_tps", r.tg}, {"decode_sd", r.tg_sd}, {"prefill_tps", r.pp},
+                                                  {"prefill_sd", r.pp_sd}, {"command", shown}};
+                    if (cfg.name == "plan") planned = r.tg;
+                    else best_single = std::max(best_single, r.tg);
+                }
+                // Within two standard deviations of the best single backend counts as as fast.
+                double sd = 0;
+                for (const auto& r : t.rows) sd = std::max(sd, r[2].get<double>());
+                const bool ok = planned >= best_single - 2 * sd;
+                plan["as_fast_as_best_single_backend"] = ok;
+                md << "\nThe plan is " << (ok ? "as fast as" : "slower than") << " the best single backend in decode ("
+                   << planned << " vs " << best_single << " tok/s)"
+                   << (ok ? "." : ": the models predicted wrong (see the Vulkan model's held-out error in models.md).") << "\n";
+                if (!out->empty()) OutputFile::write(std::filesystem::path(*out) / "plan.csv", t.to_csv());
+            }
+            if (!out->empty()) {
+                OutputFile::write(std::filesystem::path(*out) / "plan.json", plan.dump(1) + "\n");
+                OutputFile::write(std::filesystem::path(*out) / "plan.md", md.str());
+            }
+            std::cout << md.str();
             return 0;
         };
     });

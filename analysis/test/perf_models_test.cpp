@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -62,6 +63,20 @@ void write_results(const fs::path& dir) {
         }
         tab << model << ",2," << 1000 / ms << "\n";
     }
+    // vulkan-offload: one weight kind of llama3.2-1b on a device at 300 µs + 0.01 ns·MNKH.
+    fs::create_directories(dir / "vulkan-offload");
+    std::ofstream vk(dir / "vulkan-offload" / "points.csv");
+    vk << "id,model,type,backend,threads,ot,decode_tps\n";
+    const ModelCard card = ModelCard::load("llama3.2-1b", ModelCard::Scale::Full);
+    const double base_ms = 50;
+    vk << "p0,llama3.2-1b,q4_0,vulkan,2,none," << 1000 / base_ms << "\n";
+    const std::map<std::string, std::string> weight = {{"Qcur", "attn_q"}, {"Kcur", "attn_k"}, {"ffn_up", "ffn_up"}, {"ffn_out", "ffn_down"}};
+    for (const auto& s : card_matmuls(card)) {
+        if (!weight.count(s.name)) continue;
+        const double mk = double(s.m) * double(s.k);
+        const double ms = base_ms + s.per_token * ((300 + 0.01e-3 * mk) - (5 + 0.05e-3 * mk)) / 1e3;
+        vk << "p-" << s.name << ",llama3.2-1b,q4_0,vulkan,2,blk\\.[0-9]+\\." << weight.at(s.name) << "\\.weight=Vulkan0," << 1000 / ms << "\n";
+    }
 }
 }  // namespace
 
@@ -78,6 +93,10 @@ TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
     EXPECT_GE((*e)["heldout"]["linear"]["within_10pct"].get<double>(), 0.95);
     EXPECT_EQ((*e)["use"], "linear");  // no machine.json: no roofline to compare
     EXPECT_NEAR((*m.matmul_entry("cpu", "q4_0", 2, 16))["linear"]["us_per_mnkh"].get<double>(), 0.0125e-3, 0.001e-3);
+    const auto* vk = m.matmul_entry("vulkan", "q4_0", 2, 1);
+    ASSERT_NE(vk, nullptr);
+    EXPECT_NEAR((*vk)["linear"]["us_per_mnkh"].get<double>(), 0.01e-3, 0.002e-3);
+    EXPECT_NEAR((*vk)["linear"]["intercept_us"].get<double>(), 300, 30);
     const auto& dec = m.json()["decode"][0];
     EXPECT_NEAR(dec["other_ms"]["per_layer"].get<double>(), 0.2, 0.05);
     EXPECT_LT(dec["heldout"]["mape_pct"].get<double>(), 3.0);
@@ -99,4 +118,43 @@ TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
     auto missing = run({profinfer_bin(), "fit", d / "models", "-o", d / "x.json"});
     EXPECT_NE(missing.status, 0);
     EXPECT_NE(missing.err.find("matmuls.csv"), std::string::npos) << missing.err;
+}
+
+// plan: per weight the faster backend by the models, as llama.cpp's -ot patterns; a tied
+// output head stays on the CPU whatever the models say.
+TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
+    TempDir d;
+    // CPU: 5 µs + 0.05 ns·MNKH; Vulkan: 300 µs + 0.01 ns·MNKH — faster above 7.4 M·K.
+    nlohmann::json j{{"schema", "profinfer.models"}, {"version", 1}};
+    j["matmul"] = {{{"backend", "cpu"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
+                    {"linear", {{"intercept_us", 5.0}, {"us_per_mnkh", 0.05e-3}}}},
+                   {{"backend", "vulkan"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
+                    {"linear", {{"intercept_us", 300.0}, {"us_per_mnkh", 0.01e-3}}}}};
+    std::ofstream(d / "models.json") << j.dump();
+    auto r = run({profinfer_bin(), "plan", d / "models.json", "--card", "llama3.2-1b", "-o", d.path()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::ifstream in(d / "plan.json");
+    const auto plan = nlohmann::json::parse(in);
+    const ModelCard c = ModelCard::load("llama3.2-1b", ModelCard::Scale::Full);
+    std::set<std::string> expected;
+    for (const auto& s : card_matmuls(c))
+        if (300 + 0.01e-3 * double(s.m) * double(s.k) < 5 + 0.05e-3 * double(s.m) * double(s.k) && s.name != "result_output")
+            expected.insert(s.name);
+    std::set<std::string> chosen;
+    for (const auto& w : plan["weights"])
+        if (w["choice"] == "vulkan") chosen.insert(w["matmul"].get<std::string>());
+    EXPECT_EQ(chosen, expected);
+    EXPECT_TRUE(expected.count("ffn_up"));
+    EXPECT_FALSE(expected.count("Kcur"));  // 512 × 2048: the CPU is faster
+    const std::string ot = plan["override_tensor"];
+    EXPECT_NE(ot.find("blk\\.[0-9]+\\.ffn_up\\.weight=Vulkan0"), std::string::npos) << ot;
+    EXPECT_NE(ot.find("ffn_down"), std::string::npos) << ot;
+    EXPECT_EQ(ot.find("attn_k"), std::string::npos) << ot;
+    EXPECT_EQ(ot.find("token_embd"), std::string::npos) << ot;  // tied head: not moved
+    // Without a Vulkan model everything stays on the CPU.
+    j["matmul"].erase(1);
+    std::ofstream(d / "cpu.json") << j.dump();
+    auto cpu = run({profinfer_bin(), "plan", d / "cpu.json", "--card", "llama3.2-1b"});
+    ASSERT_EQ(cpu.status, 0) << cpu.err;
+    EXPECT_NE(cpu.out.find("every weight MatMul on the CPU"), std::string::npos) << cpu.out;
 }

@@ -219,8 +219,14 @@ fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::pa
 
 std::vector<std::string> point_command(const SweepPoint& p, const fs::path& model) {
     const auto install = LlamaInstall::locate(flavour_of(p.at("backend")), false);
-    return {install.program("llama-bench").string(), "-m", model.string(), "-t", p.at("threads"), "-p", p.at("prompt"),
-            "-n", p.at("gen"), "-d", p.at("ctx"), "-r", p.at("reps"), "-fa", p.at("fa"), "-ngl", p.at("ngl"), "-o", "json"};
+    std::vector<std::string> argv{install.program("llama-bench").string(), "-m", model.string(), "-t", p.at("threads"),
+                                  "-p", p.at("prompt"), "-n", p.at("gen"), "-d", p.at("ctx"), "-r", p.at("reps"), "-fa",
+                                  p.at("fa"), "-ngl", p.at("ngl"), "-o", "json"};
+    // Tensor placement (llama.cpp's --override-tensor: "PATTERN=BUFFER_TYPE;...") and op
+    // offload off (the prompt's MatMuls stay where their weights are).
+    if (p.at("ot") != "none") argv.insert(argv.end(), {"-ot", p.at("ot")});
+    if (p.at("nopo") != "0") argv.insert(argv.end(), {"-nopo", p.at("nopo")});
+    return argv;
 }
 
 RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {

@@ -217,6 +217,22 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");
     {
+        // Every parameter of every point beside its metrics: what a later step (profinfer
+        // fit) reads, whatever the table shows.
+        Table all;
+        all.columns = {"id"};
+        for (const auto& [name, value] : rows.front().params) all.columns.push_back(name);
+        for (const auto& m : metric_names) all.columns.push_back(m);
+        for (const auto& r : rows) {
+            std::vector<nlohmann::json> cells{r.id};
+            for (const auto& [name, value] : r.params) cells.push_back(value);
+            for (const auto& m : metric_names) cells.push_back(r.metrics.value(m, nlohmann::json(nullptr)));
+            all.rows.push_back(std::move(cells));
+        }
+        OutputFile::write(out_dir / "points.csv", all.to_csv());
+        written.push_back(out_dir / "points.csv");
+    }
+    {
         std::ostringstream md;
         md << "# " << spec.title << "\n\n";
         if (!spec.paper.empty()) md << "Reproduces: " << spec.paper << ". ";

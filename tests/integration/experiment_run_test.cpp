@@ -80,7 +80,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     EXPECT_NE(r.err.find("[2/2]"), std::string::npos) << r.err;  // progress
     const fs::path index = out / "index.db";
     EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM points WHERE status = 'done'"), 2);
-    for (const char* f : {"table.csv", "table.md", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
+    for (const char* f : {"table.csv", "table.md", "points.csv", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
                           "matmuls.csv", "fit.csv", "fit.md", "tiny-threads-t1.png", "tiny-threads-t2.svg"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
     // Fig. 10 across the points: matmuls.csv is every point's `stat --by matmul`, side by side.
