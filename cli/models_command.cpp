@@ -1,5 +1,8 @@
 // profinfer fit / predict: the performance models (docs/models.md).
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <iostream>
 #include <sstream>
 
@@ -132,15 +135,16 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 "vulkan; a backend without a model is not chosen). Prints the choice per weight and llama.cpp's\n"
                 "-ot pattern that places the Vulkan ones ('none' when all stay on the CPU); run with -ngl 0 -nopo 1.\n"
                 "--compare MODEL.gguf runs llama-bench (the Vulkan build, GGML_VK_VISIBLE_DEVICES=0) with the plan,\n"
-                "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 64 -n 32, --reps each, and prints\n"
-                "decode and prefill speed side by side; -o DIR writes plan.json, plan.md and plan.csv there.");
+                "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 64 -n 32, in --reps interleaved\n"
+                "rounds, and prints decode and prefill speed (median ± sd over rounds) side by side;\n"
+                "-o DIR writes plan.json, plan.md and plan.csv there.");
     cmd->add_option("models", *models, "models.json from profinfer fit")->required()->check(CLI::ExistingFile);
     cmd->add_option("--card", *card, "Model card name (models/cards) or .toml file")->required();
     cmd->add_option("--type", *type, "Weight type")->capture_default_str();
     cmd->add_option("--threads", *threads, "Threads")->check(CLI::Range(1, 1024))->capture_default_str();
     cmd->add_option("--compare", *compare, "A GGUF of the card to measure the plan against each single backend")
         ->check(CLI::ExistingFile);
-    cmd->add_option("--reps", *reps, "llama-bench repetitions per configuration")->check(CLI::Range(1, 100))->capture_default_str();
+    cmd->add_option("--reps", *reps, "Interleaved rounds of the three configurations")->check(CLI::Range(1, 100))->capture_default_str();
     cmd->add_option("-o,--output-dir", *out, "Write plan.json, plan.md, plan.csv here");
     cmd->callback([&action, models, card, type, threads, compare, out, reps] {
         action = [models, card, type, threads, compare, out, reps] {
@@ -188,30 +192,54 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 Config p{"plan", {"-ngl", "0", "-nopo", "1"}};
                 if (!ot.empty()) p.extra.insert(p.extra.end(), {"-ot", ot});
                 configs.insert(configs.begin(), p);
-                Table t{{"config", "decode_tps", "decode_sd", "prefill_tps", "prefill_sd", "command"}, {}};
-                md << "\nMeasured (llama-bench -p 64 -n 32 -r " << *reps << ", GGML_VK_VISIBLE_DEVICES=0):\n\n"
-                   << "| config | decode tok/s | prefill tok/s |\n|---|---|---|\n";
-                double best_single = 0, planned = 0;
+                // Interleaved rounds (one llama-bench run per configuration per round), so that
+                // a drifting machine weighs on every configuration alike; median and sd over rounds.
+                const std::string base_cmd = [&] {
+                    std::string c;
+                    for (const auto& a : base) c += (c.empty() ? "" : " ") + a;
+                    return c;
+                }();
+                std::map<std::string, std::vector<BenchResult>> runs;
+                for (int round = 0; round < *reps; ++round)
+                    for (const auto& cfg : configs) {
+                        auto argv = base;
+                        argv.insert(argv.end(), cfg.extra.begin(), cfg.extra.end());
+                        std::cerr << "profinfer plan: round " << round + 1 << "/" << *reps << ": " << cfg.name << " …\n";
+                        runs[cfg.name].push_back(bench(argv));
+                    }
+                auto stats = [](std::vector<double> v) {
+                    std::sort(v.begin(), v.end());
+                    const size_t n = v.size();
+                    const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+                    double mean = 0, sd = 0;
+                    for (double x : v) mean += x / double(n);
+                    for (double x : v) sd += (x - mean) * (x - mean);
+                    return std::pair{med, n > 1 ? std::sqrt(sd / double(n - 1)) : 0.0};
+                };
+                Table t{{"config", "decode_tps", "decode_sd", "prefill_tps", "prefill_sd", "rounds", "command"}, {}};
+                md << "\nMeasured: llama-bench -p 64 -n 32 -r 1, " << *reps << " interleaved rounds, median ± sd over rounds "
+                   << "(GGML_VK_VISIBLE_DEVICES=0):\n\n| config | decode tok/s | prefill tok/s | arguments |\n|---|---|---|---|\n";
+                double best_single = 0, planned = 0, sd_max = 0;
                 for (const auto& cfg : configs) {
-                    auto argv = base;
-                    argv.insert(argv.end(), cfg.extra.begin(), cfg.extra.end());
-                    std::cerr << "profinfer plan: measuring " << cfg.name << " …\n";
-                    const BenchResult r = bench(argv);
-                    std::string shown;
-                    for (const auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
-                    t.rows.push_back({cfg.name, r.tg, r.tg_sd, r.pp, r.pp_sd, shown});
-                    char line[160];
-                    std::snprintf(line, sizeof line, "| %s | %.2f ± %.2f | %.1f ± %.1f |\n", cfg.name.c_str(), r.tg, r.tg_sd, r.pp, r.pp_sd);
+                    std::vector<double> tg, pp;
+                    for (const auto& r : runs[cfg.name]) tg.push_back(r.tg), pp.push_back(r.pp);
+                    const auto [tgm, tgs] = stats(tg);
+                    const auto [ppm, pps] = stats(pp);
+                    std::string extra;
+                    for (const auto& a : cfg.extra) extra += " " + a;
+                    t.rows.push_back({cfg.name, tgm, tgs, ppm, pps, *reps, base_cmd + extra});
+                    char line[512];
+                    std::snprintf(line, sizeof line, "| %s | %.2f ± %.2f | %.1f ± %.1f | `%s` |\n", cfg.name.c_str(), tgm, tgs, ppm,
+                                  pps, extra.c_str());
                     md << line;
-                    plan["measured"][cfg.name] = {{"decode_tps", r.tg}, {"decode_sd", r.tg_sd}, {"prefill_tps", r.pp},
-                                                  {"prefill_sd", r.pp_sd}, {"command", shown}};
-                    if (cfg.name == "plan") planned = r.tg;
-                    else best_single = std::max(best_single, r.tg);
+                    plan["measured"][cfg.name] = {{"decode_tps", tgm}, {"decode_sd", tgs}, {"prefill_tps", ppm},
+                                                  {"prefill_sd", pps}, {"rounds", *reps}, {"command", base_cmd + extra}};
+                    sd_max = std::max(sd_max, tgs);
+                    if (cfg.name == "plan") planned = tgm;
+                    else best_single = std::max(best_single, tgm);
                 }
                 // Within two standard deviations of the best single backend counts as as fast.
-                double sd = 0;
-                for (const auto& r : t.rows) sd = std::max(sd, r[2].get<double>());
-                const bool ok = planned >= best_single - 2 * sd;
+                const bool ok = planned >= best_single - 2 * sd_max;
                 plan["as_fast_as_best_single_backend"] = ok;
                 md << "\nThe plan is " << (ok ? "as fast as" : "slower than") << " the best single backend in decode ("
                    << planned << " vs " << best_single << " tok/s)"
