@@ -183,7 +183,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 setenv("GGML_VK_VISIBLE_DEVICES", "0", 1);  // lavapipe is a CPU-type device ggml-vulkan hides otherwise
                 const std::string b = LlamaInstall::locate("vulkan", false).program("llama-bench").string();
                 const std::vector<std::string> base{b, "-m", *compare, "-t", std::to_string(*threads), "-p", "64", "-n", "32",
-                                                    "-r", std::to_string(*reps), "-o", "json"};
+                                                    "-r", "1", "-o", "json"};
                 struct Config {
                     std::string name;
                     std::vector<std::string> extra;

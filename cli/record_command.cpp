@@ -43,6 +43,12 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "operator figures (--level op or full)")
         ->check(CLI::Range(0.01, 100.0))
         ->excludes("--qos-min-tps");
+    auto memory_limit = std::make_shared<std::string>();
+    cmd->add_option("--memory-limit", *memory_limit,
+                    "Run the launched command in a memory cgroup of its own with this limit (e.g. 3G): a model "
+                    "larger than it pages in from disk as it runs (MoE experts, paper Fig. 13); its page cache counts. "
+                    "Needs root and a memory cgroup (v1 or v2); not with --pid")
+        ->excludes(pid_opt);
     auto buffer_mb = std::make_shared<size_t>(64);
     auto* mb = cmd->add_option("--buffer-mb", *buffer_mb, "Ring buffer size in MiB (power of two, 1 to 1024)")
                    ->capture_default_str();
@@ -71,8 +77,9 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit] {
         const bool pid_given = pid_opt->count() > 0;
+        if (!memory_limit->empty()) opts->memory_limit = parse_memory_size(*memory_limit);
         opts->idle_consumer = *consumer == "idle";
         opts->wait = parse_wait_method(*wait);
         if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
