@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -167,6 +168,14 @@ pid_t start_hog(int cpu) {
     return pid;
 }
 
+// Asks the kernel to drop FILE's pages from the page cache (clean pages only; harmless).
+void drop_from_page_cache(const fs::path& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
 std::string joined(const std::vector<std::string>& argv) {
     std::string s;
     for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
@@ -256,7 +265,10 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             else
                 std::cout << "\n    " << env_prefix(p) << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)))
                           << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
-                                              : std::string());
+                                              : std::string())
+                          << (p.at("mem") != "none" ? "\n    in a memory cgroup limited to " + p.at("mem") +
+                                                          " (record --memory-limit), the model dropped from the page cache first"
+                                                    : std::string());
             std::cout << "\n";
         }
         return rep;
@@ -288,7 +300,14 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         const fs::path db = opt.out_dir / "points" / (p.id() + ".db");
         for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
         std::vector<std::string> argv{opt.profinfer.string(), "record", "--level", spec.level, "--board", opt.board, "-o",
-                                      db.string(), "--"};
+                                      db.string()};
+        if (p.at("mem") != "none") {
+            // The model's pages leave the page cache first: pages cached by an earlier run
+            // are charged to no limit and would never be read from disk again.
+            argv.insert(argv.end(), {"--memory-limit", p.at("mem")});
+            drop_from_page_cache(model);
+        }
+        argv.push_back("--");
         argv.insert(argv.end(), command.begin(), command.end());
         const int remaining = int(points.size()) - k + 1;
         const double mean = index.mean_seconds();

@@ -13,12 +13,13 @@ namespace {
 const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
-    {"hog", "none"},          {"ot", "none"},   {"nopo", "0"}};
+    {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
 bool left_out_of_key(const std::string& name, const std::string& value) {
-    return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0");
+    return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
+           (name == "mem" && value == "none");
 }
 
 std::string as_text(const toml::node& n) {

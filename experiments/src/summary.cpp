@@ -121,8 +121,10 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
 }
 
 std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
-    std::set<std::string> sweep;
-    for (const auto& p : spec.points(quick)) sweep.insert(p.id());
+    // The sweep's points by id; a row takes its parameters from here, so that a point
+    // recorded before a parameter existed has that parameter's default too.
+    std::map<std::string, std::map<std::string, std::string>> sweep;
+    for (const auto& p : spec.points(quick)) sweep[p.id()] = p.params;
     struct Row {
         std::map<std::string, std::string> params;
         nlohmann::json metrics;
@@ -139,11 +141,11 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             throw Error("cannot open " + index.string());
         }
         try {
-            store::Statement st(h, "SELECT params, db, bench, id FROM points WHERE status = 'done' ORDER BY rowid");
+            store::Statement st(h, "SELECT params, db, bench, id FROM points WHERE status = 'done' ORDER BY rowid");  // params: as recorded
             while (st.step())
-                if (sweep.count(st.column_text(3)))
-                    rows.push_back({nlohmann::json::parse(st.column_text(0)).get<std::map<std::string, std::string>>(),
-                                point_metrics(st.column_text(1), st.column_text(2)), st.column_text(3), st.column_text(1)});
+                if (auto it = sweep.find(st.column_text(3)); it != sweep.end())
+                    rows.push_back({it->second, point_metrics(st.column_text(1), st.column_text(2)), st.column_text(3),
+                                    st.column_text(1)});
         } catch (...) {
             sqlite3_close(h);
             throw;

@@ -187,3 +187,40 @@ TEST(RecordLimits, SchedulerPeersKeepOnlyWhatTheUserAllows) {
     EXPECT_GT(none.removed, 0);
     EXPECT_EQ(none.removed_with_comm, 0);
 }
+
+// --memory-limit: the launched command runs in a memory cgroup of its own with that limit
+// (seen from outside while it runs), the run says so, and the cgroup is gone afterwards.
+TEST(RecordLimits, MemoryLimitPutsTheCommandInACgroupOfItsOwn) {
+    PROFINFER_REQUIRE_BPF();
+    const bool v1 = fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    if (!v1 && !fs::exists("/sys/fs/cgroup/cgroup.controllers")) GTEST_SKIP() << "no memory cgroup on this machine";
+    TempDir d;
+    pid_t rec = spawn({profinfer_bin(), "record", "--level", "token", "--memory-limit", "256M", "-o", d / "run.db", "--",
+                       llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "3000", "Hello"});
+    const fs::path cg = fs::path(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") / ("profinfer-" + std::to_string(rec));
+    std::string procs, limit;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            procs = read_file(cg / "cgroup.procs");
+            return !procs.empty();
+        },
+        std::chrono::seconds(60)));
+    limit = read_file(cg / (v1 ? "memory.limit_in_bytes" : "memory.max"));
+    int st = 0;
+    waitpid(rec, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    const auto meta = db.meta();
+    EXPECT_EQ(std::stoll(limit), 256ll << 20);
+    EXPECT_EQ(std::stoll(procs), std::stoll(meta.at("pid")));  // the command, not profinfer
+    EXPECT_EQ(meta.at("memory_limit_bytes"), std::to_string(256ll << 20));
+    EXPECT_EQ(meta.at("status"), "complete");
+    EXPECT_FALSE(fs::exists(cg));
+    // Nonsense and --pid are refused before anything runs.
+    auto bad = run({profinfer_bin(), "record", "--memory-limit", "lots", "-o", d / "x.db", "--", "true"});
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.err.find("memory size 'lots'"), std::string::npos) << bad.err;
+    auto pid = run({profinfer_bin(), "record", "--memory-limit", "1G", "--pid", "1", "-o", d / "y.db"});
+    EXPECT_NE(pid.status, 0);
+    EXPECT_NE(pid.err.find("excludes"), std::string::npos) << pid.err;
+}

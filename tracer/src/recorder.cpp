@@ -24,6 +24,7 @@
 #include "counters.h"
 #include "event_consumer.h"
 #include "launcher.h"
+#include "memory_cgroup.h"
 #include "probe_attacher.h"
 #include "budget_controller.h"
 #include "qos_controller.h"
@@ -221,6 +222,12 @@ public:
         } else {
             child_ = std::make_unique<LaunchedProcess>(opts_.command);
             pid_ = child_->pid();
+            if (opts_.memory_limit) {  // before it runs: everything it maps is charged there
+                cgroup_ = std::make_unique<MemoryCgroup>(opts_.memory_limit);
+                cgroup_->add(pid_);
+                set_meta("memory_limit_bytes", std::to_string(opts_.memory_limit));
+                set_meta("memory_cgroup", cgroup_->path().string() + " (" + cgroup_->version() + ")");
+            }
         }
         set_meta("pid", std::to_string(pid_));
         guardian_ = std::make_unique<TargetGuardian>(pid_, opts_.output);
@@ -598,6 +605,7 @@ private:
     std::unique_ptr<TraceWriter> writer_;
     std::unique_ptr<EventConsumer> consumer_;
     std::unique_ptr<ProbeAttacher> probes_;
+    std::unique_ptr<MemoryCgroup> cgroup_;  // before child_: removed after the command is gone
     std::unique_ptr<LaunchedProcess> child_;
     std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;

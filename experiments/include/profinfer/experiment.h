@@ -18,7 +18,7 @@ namespace profinfer {
 
 // One sweep point: the value of every parameter.
 struct SweepPoint {
-    std::map<std::string, std::string> params;  // model, type, threads, backend, ctx, prompt, gen, fa, ngl, reps, hog, ot, nopo
+    std::map<std::string, std::string> params;  // model, type, threads, backend, ctx, prompt, gen, fa, ngl, reps, hog, ot, nopo, mem
     std::string key() const;                    // "backend=cpu,ctx=0,..." (sorted), the point's identity
     std::string id() const;                     // short stable file name from key()
     const std::string& at(const std::string& name) const;

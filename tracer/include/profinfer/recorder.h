@@ -39,6 +39,8 @@ struct RecordOptions {
     // spaced so that their measured cost stays under this share of decode time.
     double budget_pct = 0;
     size_t buffer_kb = 64 << 10;  // ring buffer size
+    // > 0: the launched command runs in a memory cgroup of its own with this limit (bytes).
+    uint64_t memory_limit = 0;
     SchedPeers sched_peers = SchedPeers::Comm;
     WaitMethod wait = WaitMethod::Sampled;  // at --level full
     unsigned sample_hz = 250;
@@ -52,6 +54,10 @@ struct RecordOptions {
 // profinfer process: 0, or the launched command's non-zero status. Throws
 // profinfer::Error (after marking the store failed) when recording cannot happen.
 int record(const RecordOptions& opts);
+
+// record --memory-limit: "512M", "3G", "1.5G", "4096" (bytes) → bytes; throws
+// profinfer::Error otherwise (and below 16M).
+uint64_t parse_memory_size(const std::string& text);
 
 // The counters --level full reads when --counters is not given.
 extern const char* const kDefaultCounters;
