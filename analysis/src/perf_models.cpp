@@ -441,29 +441,55 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
         md << "| – | no decode model: it needs four dense models with a card at one thread count (three to fit, one "
               "to check) | | | | | |\n";
     // Paper Fig. 13: expert reuse distance against the MoE operator's time (ffn_moe_up, every
-    // layer, decode calls), from the moe-experts study's per-call tables.
-    std::vector<double> dist, time_us;
-    if (fs::is_directory(results_dir / "moe-experts" / "points"))
-        for (const auto& f : fs::directory_iterator(results_dir / "moe-experts" / "points")) {
-            const std::string n = f.path().filename().string();
-            const std::string suffix = "-stat-expert-call.csv";
-            if (n.size() < suffix.size() || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-            const Table t = read_table(f.path());
-            for (const auto& r : t.rows)
-                if (r[t.column("node")] == "ffn_moe_up" && r[t.column("phase")] == "decode" &&
-                    r[t.column("mean_reuse_distance")].is_number())
+    // layer, decode calls), per point of the moe-experts study (with and without a memory
+    // limit), and the major page faults the operator took against its time.
+    md << "\n### MoE: expert reuse distance and major faults vs operator time (Fig. 13)\n\n";
+    out["moe"] = nlohmann::json::array();
+    const fs::path moe = results_dir / "moe-experts";
+    if (fs::exists(moe / "points.csv")) {
+        md << "ffn_moe_up, every layer, decode calls with a reuse distance; Pearson r with its 95 % interval (Fisher z).\n\n"
+           << "| point | type | memory limit | pairs | r (reuse distance, time) | major faults on MoE MatMuls | r (major faults, time) |\n"
+           << "|---|---|---|---|---|---|---|\n";
+        const Table pts = read_table(moe / "points.csv");
+        for (const auto& p : pts.rows) {
+            const std::string id = text(p[pts.column("id")]);
+            const fs::path f = moe / "points" / (id + "-stat-expert-call.csv");
+            if (!fs::exists(f)) continue;
+            const Table t = read_table(f);
+            std::vector<double> dist, time_us, fault_t, faults;
+            double all_faults = 0;
+            bool have_faults = std::find(t.columns.begin(), t.columns.end(), "major_faults") != t.columns.end();
+            for (const auto& r : t.rows) {
+                const bool up = r[t.column("node")] == "ffn_moe_up" && r[t.column("phase")] == "decode";
+                if (have_faults && r[t.column("major_faults")].is_number()) {
+                    const double mf = r[t.column("major_faults")].get<double>();
+                    all_faults += mf;
+                    if (up) faults.push_back(mf), fault_t.push_back(r[t.column("time_us")].get<double>());
+                }
+                if (up && r[t.column("mean_reuse_distance")].is_number())
                     dist.push_back(r[t.column("mean_reuse_distance")].get<double>()),
                         time_us.push_back(r[t.column("time_us")].get<double>());
+            }
+            nlohmann::json e{{"point", id}, {"type", text(p[pts.column("type")])}, {"memory_limit", text(p[pts.column("mem")])},
+                             {"node", "ffn_moe_up"}};
+            auto corr = [&](const std::vector<double>& x, const std::vector<double>& y, const char* key) -> std::string {
+                try {
+                    const Correlation c = pearson(x, y);
+                    e[key] = {{"pairs", c.n}, {"pearson_r", c.r}, {"r_ci95", {c.lo, c.hi}}};
+                    return fmt(c.r) + " [" + fmt(c.lo) + ", " + fmt(c.hi) + "]";
+                } catch (const Error&) {
+                    return "–";
+                }
+            };
+            const std::string rd = corr(dist, time_us, "reuse_distance_vs_time");
+            const std::string rf = have_faults ? corr(faults, fault_t, "major_faults_vs_time") : "–";
+            if (have_faults) e["major_faults_moe_nodes"] = all_faults;
+            out["moe"].push_back(e);
+            md << "| " << id << " | " << e["type"].get<std::string>() << " | " << e["memory_limit"].get<std::string>() << " | "
+               << dist.size() << " | " << rd << " | " << (have_faults ? fmt(all_faults, "%.0f") : "–") << " | " << rf << " |\n";
         }
-    md << "\n### MoE: expert reuse distance vs operator time (Fig. 13)\n\n";
-    try {
-        const Correlation c = pearson(dist, time_us);
-        out["moe"] = {{"node", "ffn_moe_up"}, {"pairs", c.n}, {"pearson_r", c.r}, {"r_ci95", {c.lo, c.hi}},
-                      {"source", "moe-experts/points/*-stat-expert-call.csv (decode calls, every layer)"}};
-        md << "ffn_moe_up, every layer, decode calls: Pearson r = " << fmt(c.r) << " [" << fmt(c.lo) << ", " << fmt(c.hi)
-           << "] (95 %, Fisher z) over " << c.n << " (call, layer) pairs.\n";
-    } catch (const Error& e) {
-        md << "No correlation: " << e.what() << " (needs the moe-experts study's stat-expert-call tables).\n";
+    } else {
+        md << "No moe-experts study in " << results_dir.string() << ".\n";
     }
     FitResult res;
     fs::create_directories(out_dir);

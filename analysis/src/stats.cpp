@@ -259,16 +259,25 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
     if (by == "expert-call") {
         // Paper Fig. 13 per point in time: each MoE node (MUL_MAT_ID) of each call, its time,
         // the experts it activated and their mean reuse distance (calls since the same node
-        // and layer last used each; an expert's first use has none and is counted apart).
-        return rows({"call", "phase", "layer", "node", "experts", "first_uses", "mean_reuse_distance", "time_us"},
+        // and layer last used each; an expert's first use has none and is counted apart), and
+        // the major page faults its threads took (the major-faults counter; null without it).
+        std::string faults = "NULL";
+        const auto names = db.counter_names();
+        for (size_t k = 0; k < names.size(); ++k)
+            if (names[k] == "major-faults") faults = "(SELECT sum(p.c" + std::to_string(k) + ") FROM thread_parts p WHERE " +
+                                                     "p.call = a.call AND p.layer = a.layer AND p.base = a.node AND "
+                                                     "p.op = 'MUL_MAT_ID')";
+        return rows({"call", "phase", "layer", "node", "experts", "first_uses", "mean_reuse_distance", "time_us",
+                     "major_faults"},
                     "WITH x AS (SELECT DISTINCT layer, base AS node, expert, call FROM expert_uses), "
                     "d AS (SELECT layer, node, expert, call, call - lag(call) OVER (PARTITION BY layer, node, expert "
                     "ORDER BY call) AS dist FROM x), "
                     "a AS (SELECT call, layer, node, count(*) AS experts, sum(dist IS NULL) AS first_uses, avg(dist) AS "
                     "mean_dist FROM d GROUP BY call, layer, node) "
-                    "SELECT a.call, c.phase, a.layer, a.node, a.experts, a.first_uses, a.mean_dist, t.dur_ns / 1e3 "
-                    "FROM a JOIN calls c ON c.call = a.call JOIN node_times t ON t.call = a.call AND t.base = a.node AND "
-                    "t.layer = a.layer AND t.op = 'MUL_MAT_ID' ORDER BY a.call, a.layer, a.node");
+                    "SELECT a.call, c.phase, a.layer, a.node, a.experts, a.first_uses, a.mean_dist, t.dur_ns / 1e3, " +
+                        faults +
+                        " FROM a JOIN calls c ON c.call = a.call JOIN node_times t ON t.call = a.call AND t.base = a.node "
+                        "AND t.layer = a.layer AND t.op = 'MUL_MAT_ID' ORDER BY a.call, a.layer, a.node");
     }
     if (by == "matmul") {
         // Paper Fig. 10: every weight MatMul (MUL_MAT, not the attention KQ/KQV) grouped by

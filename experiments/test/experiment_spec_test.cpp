@@ -45,8 +45,9 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
         ids.insert(p.id());
         EXPECT_EQ(p.at("fa"), "off");
         EXPECT_EQ(p.at("backend"), "cpu");  // not swept: the default
-        EXPECT_EQ(p.params.size(), 11u);
-        EXPECT_EQ(p.key().find("hog"), std::string::npos);  // at its default, left out of the identity
+        EXPECT_EQ(p.params.size(), 14u);
+        for (const char* later : {"hog", "ot=", "nopo", "mem"})  // at their defaults, left out of the identity
+            EXPECT_EQ(p.key().find(later), std::string::npos) << later;
     }
     EXPECT_EQ(keys.size(), 6u);
     EXPECT_EQ(ids.size(), 6u);
