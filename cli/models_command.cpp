@@ -50,6 +50,8 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
     auto threads = std::make_shared<int>(2);
     auto models = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
+    auto ctx = std::make_shared<int>(0);
+    auto fa = std::make_shared<std::string>("on");
     auto* cmd = app.add_subcommand("predict", "Predict a dense model's decode speed from its card and fitted models");
     cmd->footer("Prints 'decode: X tokens/s' and each weight MatMul's predicted time per token; --json for scripts.\n"
                 "Only what the fit covers is predicted: a backend, type or thread count without a model is an error.");
@@ -58,9 +60,12 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--type", *type, "Weight type")->capture_default_str();
     cmd->add_option("--threads", *threads, "Threads")->check(CLI::Range(1, 1024))->capture_default_str();
     cmd->add_option("--backend", *backend, "Backend")->capture_default_str();
+    cmd->add_option("--ctx", *ctx, "Tokens already in the KV cache (needs the across-tokens study's model)")
+        ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+    cmd->add_option("--fa", *fa, "Flash attention, for --ctx")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
     cmd->add_flag("--json", *json, "JSON output");
-    cmd->callback([&action, card, type, backend, threads, models, json] {
-        action = [card, type, backend, threads, models, json] {
+    cmd->callback([&action, card, type, backend, threads, models, json, ctx, fa] {
+        action = [card, type, backend, threads, models, json, ctx, fa] {
             const auto m = perf::Models::load(*models);
             const ModelCard c = ModelCard::load(*card, ModelCard::Scale::Full);
             const auto shapes = card_matmuls(c);
@@ -68,7 +73,17 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
             if (!ms)
                 throw Error(*models + " has no decode model for backend " + *backend + ", type " + *type + ", " +
                             std::to_string(*threads) + " threads (profinfer fit covers what the matmul-dims sweep ran)");
-            nlohmann::json j{{"card", c.name}, {"type", *type}, {"backend", *backend}, {"threads", *threads},
+            double context = 0;
+            if (*ctx > 0) {
+                auto a = m.context_ms(*backend, *type, *threads, *fa, int(c.layers), int(c.heads), int(c.head_dim), *ctx);
+                if (!a)
+                    throw Error(*models + " has no context model for backend " + *backend + ", type " + *type + ", " +
+                                std::to_string(*threads) + " threads, fa " + *fa + " (the across-tokens study's sweep)");
+                context = *a;
+                *ms += context;
+            }
+            nlohmann::json j{{"card", c.name}, {"type", *type}, {"backend", *backend}, {"threads", *threads}, {"ctx", *ctx},
+                             {"context_ms", context},
                              {"decode_ms_per_token", *ms}, {"decode_tps", 1000 / *ms}, {"matmuls", nlohmann::json::array()}};
             for (const auto& s : shapes) {
                 const double us = *m.matmul_us(*backend, *type, *threads, s.m, 1, s.k);
@@ -80,6 +95,7 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                 return 0;
             }
             std::printf("decode: %.2f tokens/s\n", 1000 / *ms);
+            if (*ctx > 0) std::printf("context: %d tokens add %.2f ms per token (flash attention %s)\n", *ctx, context, fa->c_str());
             std::printf("%-14s %7s %7s %9s %10s %12s\n", "matmul", "m", "k", "per_token", "us", "us_per_token");
             for (const auto& r : j["matmuls"])
                 std::printf("%-14s %7lld %7lld %9d %10.1f %12.1f\n", r["name"].get<std::string>().c_str(),

@@ -63,6 +63,11 @@ void write_results(const fs::path& dir) {
         }
         tab << model << ",2," << 1000 / ms << "\n";
     }
+    // across-tokens: llama3.2-1b decode ms = 60 + 0.02·ctx with flash attention off.
+    fs::create_directories(dir / "across-tokens");
+    std::ofstream at(dir / "across-tokens" / "points.csv");
+    at << "id,model,type,backend,threads,fa,ctx,decode_tps\n";
+    for (int c : {0, 512, 1024, 2048}) at << "c" << c << ",llama3.2-1b,q4_0,cpu,2,off," << c << "," << 1000 / (60 + 0.02 * c) << "\n";
     // vulkan-offload: one weight kind of llama3.2-1b on a device at 300 µs + 0.01 ns·MNKH.
     fs::create_directories(dir / "vulkan-offload");
     std::ofstream vk(dir / "vulkan-offload" / "points.csv");
@@ -110,6 +115,17 @@ TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
     double ms = 1.0 + 0.2 * c.layers;
     for (const auto& s : card_matmuls(c)) ms += (5 + 0.05e-3 * double(s.m) * double(s.k)) * s.per_token / 1e3;
     EXPECT_NEAR(pj["decode_tps"].get<double>(), 1000 / ms, 0.05 * 1000 / ms);
+    // --ctx adds 0.02 ms per token of context per llama3.2-1b's layers × heads × head_dim.
+    auto pc = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "2",
+                   "--ctx", "1000", "--fa", "off", "--json"});
+    ASSERT_EQ(pc.status, 0) << pc.err;
+    const ModelCard small = ModelCard::load("llama3.2-1b", ModelCard::Scale::Full);
+    const double per = 0.02 / (double(small.layers) * small.heads * small.head_dim);
+    EXPECT_NEAR(nlohmann::json::parse(pc.out)["context_ms"].get<double>(), per * double(c.layers) * c.heads * c.head_dim * 1000,
+                0.01);  // the CSV carries 6 digits
+    auto nofa = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--ctx", "100"});
+    EXPECT_NE(nofa.status, 0);  // fa on: no context model
+    EXPECT_NE(nofa.err.find("no context model"), std::string::npos) << nofa.err;
     auto text = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "2"});
     EXPECT_EQ(text.out.rfind("decode: ", 0), 0u) << text.out;
     auto none = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "4"});

@@ -119,6 +119,18 @@ public:
         return us / 1e3 + o.at("intercept").get<double>() + o.at("per_layer").get<double>() * layers;
     }
 
+    // What CTX tokens of KV cache add to a decode step (ms) of a model with LAYERS layers of
+    // HEADS query heads of HEAD_DIM, flash attention FA ("on" or "off"); nullopt without a
+    // model for them.
+    std::optional<double> context_ms(const std::string& backend, const std::string& type, int threads, const std::string& fa,
+                                     int layers, int heads, int head_dim, double ctx) const {
+        for (const auto& e : list("attention"))
+            if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads &&
+                e.value("fa", "") == fa)
+                return e.at("ms_per_ctx_per_head_dim_layer").get<double>() * double(layers) * heads * head_dim * ctx;
+        return std::nullopt;
+    }
+
 private:
     // The array under KEY (an empty one when absent), by reference: entries are returned
     // as pointers into the document.
