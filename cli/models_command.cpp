@@ -21,7 +21,7 @@ void add_fit(CLI::App& app, std::function<int()>& action) {
     auto dir = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>("models.json");
     auto* cmd = app.add_subcommand("fit", "Fit the performance models on a results directory and export them as models.json");
-    cmd->footer("Reads RESULTS_DIR/matmul-dims/{matmuls,table}.csv (the Fig. 10 study: profinfer experiment run\n"
+    cmd->footer("Reads RESULTS_DIR/matmul-dims/{matmuls,points}.csv (the Fig. 10 study: profinfer experiment run\n"
                 "experiments/specs/matmul-dims.toml) and RESULTS_DIR/machine.json (the roofs). Fits, per backend, weight\n"
                 "type, thread count and batch class (N = 1, N > 1), weight-MatMul time = a + b*M*N*K*H and compares it\n"
                 "with the roofline on the measured roofs, each on held-out models; then decode time per token from\n"

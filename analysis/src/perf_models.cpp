@@ -227,7 +227,6 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     const fs::path study = results_dir / "matmul-dims";
     const Table mm = read_table(study / "matmuls.csv");
     std::map<GroupKey, std::vector<Point>> groups;
-    std::map<std::pair<std::string, int>, std::pair<std::string, std::string>> model_run;  // (model, threads) → type, backend
     for (const auto& r : mm.rows) {
         const int64_t n = r[mm.column("n")].get<int64_t>();
         if (n == 1 && r[mm.column("phase")] == "prefill") continue;  // decode shapes again, on a call or two
@@ -235,7 +234,6 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
         const int threads = int(r[mm.column("threads")].get<int64_t>());
         Point p{text(r[mm.column("model")]), r[mm.column("m")].get<int64_t>(), n, r[mm.column("k")].get<int64_t>(),
                 r[mm.column("h")].get<int64_t>(), r[mm.column("median_us")].get<double>()};
-        model_run[{p.model, threads}] = {type, backend};
         groups[{backend, type, threads, n == 1 ? "n=1" : "n>1"}].push_back(p);
     }
     std::optional<MachineBench> machine;
@@ -252,7 +250,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     }
     out["board"] = results_dir.filename().string();
     out["llama_cpp_commit"] = llama_commit(study / "index.db");
-    out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/table.csv (decode speed)";
+    out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/points.csv (decode speed)";
     out["units"] = {{"time", "microseconds per call (matmul), milliseconds per token (decode)"},
                     {"mnkh", "M*N*K*H: multiply-adds of the MatMul"},
                     {"m", "output features"}, {"n", "tokens in the batch"}, {"k", "input features"}, {"h", "remaining dims"}};
@@ -333,7 +331,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     // Decode time per token from hyperparameters: the card's weight MatMuls by the MatMul
     // model plus the rest (attention, norms, activations, graph overhead) as a line in the
     // number of layers — against a direct line in the weight bytes a token streams.
-    const Table speeds = read_table(study / "table.csv");
+    const Table speeds = read_table(study / "points.csv");  // every parameter of every point
     struct Measured {
         std::string model;
         int layers = 0;
@@ -342,11 +340,10 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     };
     std::map<std::tuple<std::string, std::string, int>, std::vector<Measured>> runs;  // backend, type, threads
     for (const auto& r : speeds.rows) {
-        const std::string model = text(r[speeds.column("model")]);
-        const int threads = int(r[speeds.column("threads")].get<int64_t>());
+        const std::string model = text(r[speeds.column("model")]), type = text(r[speeds.column("type")]);
+        const int threads = std::stoi(text(r[speeds.column("threads")]));
         const auto& tps = r[speeds.column("decode_tps")];
-        auto it = model_run.find({model, threads});
-        if (!tps.is_number() || it == model_run.end()) continue;
+        if (!tps.is_number()) continue;
         ModelCard card;
         try {
             card = ModelCard::load(model, ModelCard::Scale::Full);
@@ -355,16 +352,16 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
         }
         if (card.experts > 0) continue;
         Measured m{model, int(card.layers), 1000.0 / tps.get<double>(), 0, card_matmuls(card)};
-        for (const auto& s : m.shapes) m.weight_mb += double(s.m) * double(s.k) * bytes_per_elem(it->second.first) * s.per_token / 1e6;
-        runs[{it->second.second, it->second.first, threads}].push_back(m);
+        for (const auto& s : m.shapes) m.weight_mb += double(s.m) * double(s.k) * bytes_per_elem(type) * s.per_token / 1e6;
+        runs[{text(r[speeds.column("backend")]), type, threads}].push_back(m);
     }
     out["decode"] = nlohmann::json::array();
     md << "\n### Decode time per token from hyperparameters (leave-one-model-out)\n\n"
        << "sum: the card's weight MatMuls by the MatMul model fitted without the model, plus the rest as a + b·layers "
           "fitted on the other models; direct: time = a + b·(weight MB a token streams) on the other models. "
           "Measured: median decode call of the matmul-dims point (recorded at --level op).\n\n"
-       << "| threads | model | measured tok/s | sum: predicted tok/s | error % | direct: predicted tok/s | error % |\n"
-       << "|---|---|---|---|---|---|---|\n";
+       << "| type | threads | model | measured tok/s | sum: predicted tok/s | error % | direct: predicted tok/s | error % |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
     Table decode_tab{{"backend", "type", "threads", "model", "measured_tps", "sum_tps", "sum_err_pct", "direct_tps", "direct_err_pct"}, {}};
     for (const auto& [key, ms] : runs) {
         const auto& [backend, type, threads] = key;
@@ -409,7 +406,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
                 decode_tab.rows.push_back({backend, type, threads, held.model, 1000 / held.ms, 1000 / sum_ms, se, 1000 / direct_ms, de});
                 per_model.push_back({{"model", held.model}, {"measured_tps", 1000 / held.ms}, {"predicted_tps", 1000 / sum_ms},
                                      {"abs_err_pct", se}, {"direct_predicted_tps", 1000 / direct_ms}, {"direct_abs_err_pct", de}});
-                md << "| " << threads << " | " << held.model << " | " << fmt(1000 / held.ms) << " | " << fmt(1000 / sum_ms) << " | "
+                md << "| " << type << " | " << threads << " | " << held.model << " | " << fmt(1000 / held.ms) << " | " << fmt(1000 / sum_ms) << " | "
                    << fmt(se, "%.1f") << " | " << fmt(1000 / direct_ms) << " | " << fmt(de, "%.1f") << " |\n";
             } catch (const Error&) {
                 continue;
@@ -433,12 +430,12 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
                                               {"mape_pct", mean(sum_err)},
                                               {"direct_mape_pct", mean(direct_err)},
                                               {"per_model", per_model}}}});
-        md << "| " << threads << " | **mean** | | | **" << fmt(mean(sum_err), "%.1f") << "** | | **" << fmt(mean(direct_err), "%.1f")
+        md << "| " << type << " | " << threads << " | **mean** | | | **" << fmt(mean(sum_err), "%.1f") << "** | | **" << fmt(mean(direct_err), "%.1f")
            << "** |\n";
     }
 
     if (out["decode"].empty())
-        md << "| – | no decode model: it needs four dense models with a card at one thread count (three to fit, one "
+        md << "| – | – | no decode model: it needs four dense models with a card at one thread count (three to fit, one "
               "to check) | | | | | |\n";
     // Context: what each token of KV cache adds to a decode step (the across-tokens study),
     // per query-head dimension and layer so that it carries over to another card.
@@ -574,8 +571,9 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
             for (const auto& r : decode_tab.rows) {
                 const double meas = r[4].get<double>();
                 lo = std::min(lo, meas), hi = std::max(hi, meas);
-                s["sum of operators, " + std::to_string(r[2].get<int64_t>()) + " threads"].push_back({meas, r[5].get<double>(), r[3].get<std::string>()});
-                s["direct, " + std::to_string(r[2].get<int64_t>()) + " threads"].push_back({meas, r[7].get<double>(), ""});
+                const std::string group = r[1].get<std::string>() + ", " + std::to_string(r[2].get<int64_t>()) + " threads";
+                s["sum of operators, " + group].push_back({meas, r[5].get<double>(), r[3].get<std::string>()});
+                s["direct, " + group].push_back({meas, r[7].get<double>(), ""});
             }
             std::string cmd = "plot ";
             int i = 0;

@@ -46,9 +46,9 @@ void write_results(const fs::path& dir) {
     fs::create_directories(dir / "matmul-dims");
     std::mt19937 rng(3);
     std::uniform_real_distribution<double> noise(-0.02, 0.02);
-    std::ofstream mm(dir / "matmul-dims" / "matmuls.csv"), tab(dir / "matmul-dims" / "table.csv");
+    std::ofstream mm(dir / "matmul-dims" / "matmuls.csv"), tab(dir / "matmul-dims" / "points.csv");
     mm << "model,type,backend,threads,name,phase,weight_type,m,n,k,h,mnkh,nth,count,median_us,mean_us\n";
-    tab << "model,threads,decode_tps\n";
+    tab << "id,model,type,backend,threads,decode_tps\n";
     for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "tinyllama-1.1b", "qwen2.5-1.5b"}) {
         const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
         double ms = 1.0 + 0.2 * card.layers;
@@ -61,7 +61,7 @@ void write_results(const fs::path& dir) {
                 if (n == 1) ms += (5 + 0.05e-3 * mnkh) * s.per_token / 1e3;
             }
         }
-        tab << model << ",2," << 1000 / ms << "\n";
+        tab << model << "-p," << model << ",q4_0,cpu,2," << 1000 / ms << "\n";
     }
     // across-tokens: llama3.2-1b decode ms = 60 + 0.02·ctx with flash attention off.
     fs::create_directories(dir / "across-tokens");
