@@ -285,9 +285,15 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     for (const auto& p : points) {
         ++k;
         const std::string head = "[" + std::to_string(k) + "/" + std::to_string(points.size()) + "] " + p.key();
+        const fs::path db = opt.out_dir / "points" / (p.id() + ".db");
         if (index.status(p) == "done") {
-            ++rep.already_done;
-            continue;
+            if (fs::exists(db)) {
+                ++rep.already_done;
+                continue;
+            }
+            // The index is committed with the results, the trace DBs are not: on a fresh
+            // clone a point the index calls done is recorded again.
+            std::cerr << head << ": done before, but its trace DB is not here: recording it again\n";
         }
         if (auto it = missing.find(p.id()); it != missing.end()) {
             index.put(p, "skipped", "", "", it->second, now_s(), now_s(), "");
@@ -297,7 +303,6 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         }
         const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
         const auto command = point_command(p, model);
-        const fs::path db = opt.out_dir / "points" / (p.id() + ".db");
         for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
         std::vector<std::string> argv{opt.profinfer.string(), "record", "--level", spec.level, "--board", opt.board, "-o",
                                       db.string()};

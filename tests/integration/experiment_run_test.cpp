@@ -133,6 +133,15 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     int changed = 0;
     for (const auto& [f, t] : after) changed += before.count(f) && before.at(f) != t;
     EXPECT_EQ(changed, 1);
+    // A fresh clone has the index (committed) but no trace DBs: the points are recorded
+    // again, and the tables are written from them.
+    for (const auto& [f, t] : after)
+        for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(out / "points" / (f + suffix));
+    r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("2 recorded, 0 already done"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("its trace DB is not here"), std::string::npos) << r.err;
+    EXPECT_EQ(mtimes(out).size(), 2u);
 
     // profinfer diff between the two points: per call, what the statistics say of each.
     std::vector<fs::path> dbs;
