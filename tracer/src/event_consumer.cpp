@@ -37,8 +37,12 @@ int EventConsumer::handle(const void* data, size_t size) {
     if (gate_ && size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
         auto* t = static_cast<const pi_token_event*>(data);
         if (t->n_tokens == 1) {
-            auto action = gate_->on_decode(t->end_ns - t->start_ns, t->end_ns, probes_.ops_attached(),
-                                           !(t->h.reserved & PI_TOKEN_OPS_OFF));
+            // A switch the gate asked for is applied after this poll: until then the gate is
+            // told the state it asked for, so that it does not count a window twice (a
+            // budget that detached, then saw the rest of the poll's calls as attached and
+            // traced, ended "tracing every call" with the probes out).
+            const bool attached = gate_action_ ? *gate_action_ == OperatorGate::Action::Attach : probes_.ops_attached();
+            auto action = gate_->on_decode(t->end_ns - t->start_ns, t->end_ns, attached, !(t->h.reserved & PI_TOKEN_OPS_OFF));
             if (action != OperatorGate::Action::None) gate_action_ = action;
         }
     }
