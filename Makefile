@@ -39,9 +39,11 @@ test-sanitized: deps llama
 	@cd build-sanitized && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j1
 
-# Micro-benchmarks: the consumer + store writer in records/s (CPU time beside wall time).
+# Micro-benchmarks: the consumer + store writer in records/s, the analysis in operators/s
+# (CPU time beside wall time; medians and spread over 5 repetitions).
 bench: build
 	@$(BUILD)/tracer/trace_writer_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	@$(BUILD)/analysis/analysis_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 reproduce: build llama
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)

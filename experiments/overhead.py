@@ -290,9 +290,13 @@ def fidelity_run(args, work):
         for r in csv.DictReader(f):
             cb.setdefault((r["name"], r["op"]), []).append(int(r["end_ns"]) - int(r["start_ns"]))
     # The derived views (node_times, call_graphs, calls) are TEMP objects each reader creates:
-    # this connection creates them from the one definition, store/src/derived.sql.
+    # this connection creates them from the one definition, store/src/derived.sql (after
+    # derived_nodes.sql from schema 7 on, as store::Database does).
     con = sqlite3.connect(db)
-    con.executescript(open(os.path.join(os.path.dirname(__file__), "..", "store", "src", "derived.sql")).read())
+    sql_dir = os.path.join(os.path.dirname(__file__), "..", "store", "src")
+    if con.execute("PRAGMA user_version").fetchone()[0] >= 7:
+        con.executescript(open(os.path.join(sql_dir, "derived_nodes.sql")).read())
+    con.executescript(open(os.path.join(sql_dir, "derived.sql")).read())
     # The warm-up call (call 0) is not in the callback's CSV.
     ours = {}
     for name, op, dur in con.execute("SELECT name, op, dur_ns FROM node_times WHERE phase = 'decode' AND call > 0"):

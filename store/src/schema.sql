@@ -1,4 +1,4 @@
--- profinfer trace store, schema version 3 (PRAGMA user_version = 3). Raw facts as captured;
+-- profinfer trace store, schema version 7 (PRAGMA user_version = 7). Raw facts as captured;
 -- what they mean (phase, layer, node time, ...) is derived in derived.sql.
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
 -- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
@@ -76,8 +76,10 @@ CREATE TABLE op_samples (
   -- node (with one barrier, the exact probes' wait): the IP classification's check
   barrier_state_samples INTEGER NOT NULL
 );
--- One row per graph node (read by the thread with ith = 0).
-CREATE TABLE nodes (
+-- A node's details as thread 0 read them (schema 7): one row each time the tensor at a
+-- position of the graph is new or changed, not one per graph — llama.cpp reuses its graph
+-- from token to token. graph_seq: the graph it was read in.
+CREATE TABLE node_defs (
   id        INTEGER PRIMARY KEY,
   graph_seq INTEGER NOT NULL,
   ts_ns     INTEGER NOT NULL,
@@ -90,19 +92,28 @@ CREATE TABLE nodes (
   ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,
   flags     INTEGER NOT NULL
 );
-CREATE INDEX nodes_graph ON nodes(graph_seq, tensor);
--- The sources of each node: slot 0.. in src[] order; for the first three also the type,
--- shape and, for views (which no kernel computes), the base tensor they look into.
-CREATE TABLE node_srcs (
-  node_id INTEGER NOT NULL REFERENCES nodes(id),
+-- The sources of each node_defs row: slot 0.. in src[] order; for the first three also
+-- the type, shape and, for views (which no kernel computes), the base tensor they look into.
+CREATE TABLE node_def_srcs (
+  def_id  INTEGER NOT NULL REFERENCES node_defs(id),
   slot    INTEGER NOT NULL,
   tensor  INTEGER NOT NULL,
   view_src INTEGER,
   type    INTEGER,
   op_code INTEGER,
   ne0 INTEGER, ne1 INTEGER, ne2 INTEGER, ne3 INTEGER,
-  PRIMARY KEY (node_id, slot)
+  PRIMARY KEY (def_id, slot)
 );
+-- The nodes each graph ran (schema 7): a narrow row per node and graph, in the order the
+-- graph's records first named them, pointing at the details in force (node_defs). Readers
+-- see nodes and node_srcs with the schema-6 columns (derived_nodes.sql).
+CREATE TABLE graph_nodes (
+  id        INTEGER PRIMARY KEY,
+  graph_seq INTEGER NOT NULL,
+  tensor    INTEGER NOT NULL,
+  def_id    INTEGER NOT NULL REFERENCES node_defs(id)
+);
+CREATE INDEX graph_nodes_graph ON graph_nodes(graph_seq, tensor);
 -- Expert ids used by MUL_MAT_ID nodes: one row per token of the batch and slot (0..k-1).
 CREATE TABLE experts (
   graph_seq INTEGER NOT NULL,
@@ -150,7 +161,7 @@ CREATE TABLE ops_untraced (
 );
 -- The host side of a GPU-API backend (ggml-vulkan), in the thread computing its graph:
 -- dispatch (a node recorded into a command buffer, --level op; tensor: the node, whose
--- details are in nodes under the same graph_seq), submit (command buffers to the queue),
+-- details are in node_defs), submit (command buffers to the queue),
 -- fence_wait (the host waiting for the device), synchronize (the backend's synchronize).
 -- graph_seq: the backend graph it happened in (graphs.seq; 0 outside one). Schema 6.
 CREATE TABLE gpu_events (

@@ -13,6 +13,9 @@ namespace {
 const char kSchema[] =
 #include "schema.sql.inc"
     ;
+const char kDerivedNodes[] =
+#include "derived_nodes.sql.inc"
+    ;
 const char kDerivedViews[] =
 #include "derived.sql.inc"
     ;
@@ -171,6 +174,7 @@ void Database::initialise(Mode mode) {
         if (v < 6)  // before the Vulkan probes: none recorded
             exec("CREATE TEMP TABLE gpu_events (id INTEGER PRIMARY KEY, graph_seq INTEGER NOT NULL, tid INTEGER NOT NULL, "
                  "kind TEXT NOT NULL, tensor INTEGER, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, ret INTEGER)");
+        if (v >= kNodeDefsSchema) exec(kDerivedNodes);  // older traces hold nodes as rows
         exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }
 }

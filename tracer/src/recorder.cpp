@@ -582,7 +582,7 @@ private:
         if (!opts_.quiet) {
             std::cerr << "profinfer: recorded";
             for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
-                if (uint64_t n = k == PI_EV_NODE ? writer_->node_rows() : writer_->count(k))
+                if (uint64_t n = writer_->count(k))
                     std::cerr << " " << n << " " << kind_name(k);
             std::cerr << "; " << lost_total << " lost → " << opts_.output.string() << " (" << store::to_string(rs) << ")\n";
             if (lost_total)

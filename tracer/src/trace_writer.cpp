@@ -1,6 +1,7 @@
 #include "trace_writer.h"
 
 #include <cstring>
+#include <vector>
 
 #include "profinfer/error.h"
 #include "profinfer/events.h"
@@ -10,20 +11,45 @@ namespace profinfer {
 
 static_assert(PI_MAX_COUNTERS == store::kCounterSlots, "the ops table has a column per counter slot");
 
+// Rows of one table inserted N at a time: per-statement work (VDBE setup, cursors, the
+// transaction check) is paid once per N rows. One statement per row count up to MAX,
+// prepared when first needed.
+class MultiRowInsert {
+public:
+    MultiRowInsert(sqlite3* db, std::string head, int columns, size_t max_rows)
+        : db_(db), head_(std::move(head)), columns_(columns), statements_(max_rows + 1) {}
+    int columns() const { return columns_; }
+    size_t max_rows() const { return statements_.size() - 1; }
+    store::Statement& rows(size_t n) {
+        if (!statements_[n]) {
+            std::string row = "(?";
+            for (int c = 1; c < columns_; ++c) row += ",?";
+            row += ")";
+            std::string sql = head_ + " VALUES ";
+            for (size_t i = 0; i < n; ++i) sql += (i ? "," : "") + row;
+            statements_[n] = std::make_unique<store::Statement>(db_, sql.c_str());
+        }
+        return *statements_[n];
+    }
+
+private:
+    sqlite3* db_;
+    std::string head_;
+    int columns_;
+    std::vector<std::unique_ptr<store::Statement>> statements_;
+};
+
 struct TraceWriter::Statements {
     explicit Statements(sqlite3* db)
         : token(db, "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret) VALUES (?,?,?,?,?,?,?)"),
           graph(db,
                 "INSERT INTO graphs(seq, pid, tid, start_ns, end_ns, api, cgraph, backend, backend_guid, backend_name, "
                 "n_nodes) VALUES (?,?,?,?,?,?,?,?,?,?,?)"),
-          op(db, ("INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
-                  "fused_tensor, barriers, " + store::counter_columns() + ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?" +
-                  [] { std::string q; for (int c = 0; c < store::kCounterSlots; ++c) q += ",?"; return q; }() + ")").c_str()),
           node(db,
-               "INSERT INTO nodes(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags, view_src) "
+               "INSERT INTO node_defs(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags, view_src) "
                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
           node_src(db,
-                   "INSERT INTO node_srcs(node_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
+                   "INSERT INTO node_def_srcs(def_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
                    "VALUES (?,?,?,?,?,?,?,?,?,?)"),
           ops_untraced(db, "INSERT INTO ops_untraced(token_id) VALUES (?)"),
           gpu(db, "INSERT INTO gpu_events(graph_seq, tid, kind, tensor, start_ns, end_ns, ret) VALUES (?,?,?,?,?,?,?)"),
@@ -34,8 +60,15 @@ struct TraceWriter::Statements {
              "next_comm, preempt) VALUES (?,?,?,?,?,?,?,?,?,?)"),
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
-               "VALUES (?,?,?,?,?,?,?)") {}
-    store::Statement token, graph, op, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake;
+               "VALUES (?,?,?,?,?,?,?)"),
+          ops(db,
+              "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
+              "fused_tensor, barriers, " + store::counter_columns() + ")",
+              12 + PI_MAX_COUNTERS, PI_OP_BATCH),
+          graph_nodes(db, "INSERT INTO graph_nodes(graph_seq, tensor, def_id)", 3, 64) {}
+    store::Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake;
+    MultiRowInsert ops;          // an op record's entries, one statement
+    MultiRowInsert graph_nodes;  // pending (graph, node) rows, flushed in batches
 };
 
 namespace {
@@ -86,53 +119,79 @@ void TraceWriter::begin() {
 }
 
 void TraceWriter::commit() {
+    flush_graph_nodes(0);
     if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
 }
 
-void TraceWriter::write_op(const pi_op_entry& e, uint32_t tid) {
-    ensure_node(e.graph_seq, e.tensor, e.start_ns);
-    if (e.fused_tensor) ensure_node(e.graph_seq, e.fused_tensor, e.start_ns);
-    auto& s = st_->op;
-    s.bind(1, i64(e.graph_seq)).bind(2, int64_t{tid}).bind(3, int64_t{e.ith}).bind(4, int64_t{e.nth});
-    s.bind(5, int64_t{e.start_cpu}).bind(6, int64_t{e.end_cpu});
-    s.bind(7, i64(e.start_ns)).bind(8, i64(e.compute_end_ns)).bind(9, i64(e.end_ns));
-    s.bind(10, i64(e.tensor));
-    e.fused_tensor ? s.bind(11, i64(e.fused_tensor)) : s.bind_null(11);
-    s.bind(12, int64_t{e.barriers});
-    for (int c = 0; c < PI_MAX_COUNTERS; ++c)
-        e.counters[c] == ~0ULL ? s.bind_null(13 + c) : s.bind(13 + c, i64(e.counters[c]));
+// The graph's records name TENSOR: the first time in this graph, it gets a graph_nodes row
+// pointing at the tensor's details in force (none if they were lost: a lost node).
+void TraceWriter::note_node(uint64_t graph_seq, uint64_t tensor) {
+    auto [written, fresh] = node_written_in_.try_emplace(tensor, graph_seq);
+    if (!fresh) {
+        if (written->second == graph_seq) return;
+        written->second = graph_seq;
+    }
+    auto def = node_def_ids_.find(tensor);
+    if (def == node_def_ids_.end()) return;
+    pending_graph_nodes_.push_back({graph_seq, tensor, def->second});
+    flush_graph_nodes(st_->graph_nodes.max_rows());
+}
+
+// Writes the pending graph_nodes rows once there are at least AT_LEAST of them.
+void TraceWriter::flush_graph_nodes(size_t at_least) {
+    auto& pending = pending_graph_nodes_;
+    if (pending.empty() || pending.size() < at_least) return;
+    begin();
+    auto& s = st_->graph_nodes.rows(pending.size());
+    for (size_t i = 0; i < pending.size(); ++i)
+        s.bind(int(3 * i + 1), i64(pending[i].graph_seq)).bind(int(3 * i + 2), i64(pending[i].tensor)).bind(int(3 * i + 3), pending[i].def_id);
     s.run();
-    if (e.samples)
-        st_->op_samples.bind(1, int64_t{sqlite3_last_insert_rowid(db_.handle())})
-            .bind(2, int64_t{e.samples})
-            .bind(3, int64_t{e.wait_samples})
-            .bind(4, int64_t{e.barrier_state_samples})
-            .run();
+    pending.clear();
 }
 
-// The kernel side sends a node's details once per tensor and change; every graph that
-// runs the node gets its own row, repeated from the last details sent.
-void TraceWriter::ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns) {
-    auto written = node_written_in_.find(tensor);
-    if (written != node_written_in_.end() && written->second == graph_seq) return;
-    auto def = node_defs_.find(tensor);
-    if (def == node_defs_.end()) return;  // its details were lost: counted as a lost node
-    write_node(def->second, graph_seq, ts_ns);
+void TraceWriter::write_ops(const pi_op_event& e) {
+    auto& s = st_->ops.rows(e.n);
+    for (uint32_t i = 0; i < e.n; ++i) {
+        const pi_op_entry& o = e.ops[i];
+        note_node(o.graph_seq, o.tensor);
+        if (o.fused_tensor) note_node(o.graph_seq, o.fused_tensor);
+        const int b = int(i) * st_->ops.columns();
+        s.bind(b + 1, i64(o.graph_seq)).bind(b + 2, int64_t{e.h.tid}).bind(b + 3, int64_t{o.ith}).bind(b + 4, int64_t{o.nth});
+        s.bind(b + 5, int64_t{o.start_cpu}).bind(b + 6, int64_t{o.end_cpu});
+        s.bind(b + 7, i64(o.start_ns)).bind(b + 8, i64(o.compute_end_ns)).bind(b + 9, i64(o.end_ns));
+        s.bind(b + 10, i64(o.tensor));
+        o.fused_tensor ? s.bind(b + 11, i64(o.fused_tensor)) : s.bind_null(b + 11);
+        s.bind(b + 12, int64_t{o.barriers});
+        for (int c = 0; c < PI_MAX_COUNTERS; ++c)
+            o.counters[c] == ~0ULL ? s.bind_null(b + 13 + c) : s.bind(b + 13 + c, i64(o.counters[c]));
+    }
+    s.run();
+    // One statement's rows get consecutive rowids, the last one's reported.
+    const int64_t first_id = sqlite3_last_insert_rowid(db_.handle()) - int64_t(e.n) + 1;
+    for (uint32_t i = 0; i < e.n; ++i)
+        if (const pi_op_entry& o = e.ops[i]; o.samples)
+            st_->op_samples.bind(1, first_id + int64_t(i))
+                .bind(2, int64_t{o.samples})
+                .bind(3, int64_t{o.wait_samples})
+                .bind(4, int64_t{o.barrier_state_samples})
+                .run();
 }
 
-void TraceWriter::write_node(const pi_node_event& e, uint64_t graph_seq, uint64_t ts_ns) {
-    node_written_in_[e.dst.addr] = graph_seq;
+// The kernel side sends a node's details once per tensor and change; they are stored once
+// (node_defs, node_def_srcs), and each graph that runs the node gets a narrow graph_nodes
+// row pointing at them (note_node), so a reused graph costs 3 integers per node.
+void TraceWriter::write_node(const pi_node_event& e, const std::string& name) {
     auto& s = st_->node;
-    s.bind(1, i64(graph_seq)).bind(2, i64(ts_ns)).bind(3, i64(e.dst.addr)).bind(4, layout_.op_name(e.dst.op, e.op_param0));
-    s.bind(5, int64_t{e.dst.op}).bind(6, bounded(e.name, sizeof e.name)).bind(7, int64_t{e.dst.type});
+    s.bind(1, i64(e.graph_seq)).bind(2, i64(e.ts_ns)).bind(3, i64(e.dst.addr)).bind(4, layout_.op_name(e.dst.op, e.op_param0));
+    s.bind(5, int64_t{e.dst.op}).bind(6, name).bind(7, int64_t{e.dst.type});
     for (int d = 0; d < 4; ++d) s.bind(8 + d, int64_t{e.dst.ne[d]});
     s.bind(12, int64_t{e.flags});
     e.dst.view_src ? s.bind(13, i64(e.dst.view_src)) : s.bind_null(13);
     s.run();
-    const int64_t node_id = sqlite3_last_insert_rowid(db_.handle());
+    const int64_t def_id = sqlite3_last_insert_rowid(db_.handle());
     for (int i = 0; i < PI_MAX_SRC && e.src[i]; ++i) {
         auto& q = st_->node_src;
-        q.bind(1, node_id).bind(2, int64_t{i}).bind(3, i64(e.src[i]));
+        q.bind(1, def_id).bind(2, int64_t{i}).bind(3, i64(e.src[i]));
         if (i < PI_DETAIL_SRC) {
             const auto& sh = e.src_shape[i];
             sh.view_src ? q.bind(4, i64(sh.view_src)) : q.bind_null(4);
@@ -143,7 +202,10 @@ void TraceWriter::write_node(const pi_node_event& e, uint64_t graph_seq, uint64_
         }
         q.run();
     }
-    ++node_rows_;
+    node_def_ids_[e.dst.addr] = def_id;
+    // Its graph ran it with these details, whatever that graph's records said before.
+    node_written_in_.erase(e.dst.addr);
+    note_node(e.graph_seq, e.dst.addr);
 }
 
 void TraceWriter::write(const void* data, size_t size) {
@@ -183,7 +245,7 @@ void TraceWriter::write(const void* data, size_t size) {
             auto* e = as<pi_op_event>(data, size, malformed_);
             if (!e) return;
             if (e->n > PI_OP_BATCH) return void(++malformed_);
-            for (uint32_t i = 0; i < e->n; ++i) write_op(e->ops[i], e->h.tid);
+            if (e->n) write_ops(*e);
             counts_[h->kind] += e->n;
             return;
         }
@@ -195,8 +257,8 @@ void TraceWriter::write(const void* data, size_t size) {
                 throw Error("operator records do not match the struct layout (" + layout_.source + "): op " +
                             std::to_string(e->dst.op) + (printable(name) ? "" : ", non-printable tensor name") +
                             "; this llama.cpp is not the pinned version — use a build with debug info");
-            node_defs_[e->dst.addr] = *e;
-            write_node(*e, e->graph_seq, e->ts_ns);
+            node_names_[e->dst.addr] = name;
+            write_node(*e, name);
             break;
         }
         case PI_EV_GPU: {
@@ -204,7 +266,7 @@ void TraceWriter::write(const void* data, size_t size) {
             if (!e) return;
             static const char* const kinds[] = {"", "dispatch", "submit", "fence_wait", "synchronize"};
             if (e->kind < PI_GPU_DISPATCH || e->kind > PI_GPU_SYNC) return void(++malformed_);
-            if (e->tensor && e->graph_seq) ensure_node(e->graph_seq, e->tensor, e->start_ns);
+            if (e->tensor && e->graph_seq) note_node(e->graph_seq, e->tensor);
             auto& s = st_->gpu;
             s.bind(1, i64(e->graph_seq)).bind(2, int64_t{e->h.tid}).bind(3, std::string(kinds[e->kind]));
             e->tensor ? s.bind(4, i64(e->tensor)) : s.bind_null(4);
@@ -215,9 +277,9 @@ void TraceWriter::write(const void* data, size_t size) {
             auto* e = as<pi_experts_event>(data, size, malformed_);
             if (!e) return;
             if (e->n_used <= 0 || e->n_ids < 0) return void(++malformed_);  // no k: nothing to index by
-            ensure_node(e->graph_seq, e->tensor, e->ts_ns);
-            auto def = node_defs_.find(e->tensor);
-            const std::string name = def == node_defs_.end() ? "" : bounded(def->second.name, PI_NAME_LEN);
+            note_node(e->graph_seq, e->tensor);
+            auto known = node_names_.find(e->tensor);
+            const std::string& name = known == node_names_.end() ? std::string() : known->second;
             for (int i = 0; i < e->n_ids && i < PI_MAX_EXPERT_IDS; ++i) {
                 auto& s = st_->expert;
                 s.bind(1, i64(e->graph_seq)).bind(2, i64(e->tensor));

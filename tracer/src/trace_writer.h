@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "profinfer/events.h"
 
@@ -31,9 +32,6 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     uint64_t malformed() const { return malformed_; }
-    // Rows written to `nodes`: one per node and graph, whether its details came with this
-    // graph or were repeated from an earlier one.
-    uint64_t node_rows() const { return node_rows_; }
     // Scheduler counterparts whose identity was left out (--sched-peers).
     uint64_t peers_removed() const { return peers_removed_; }
 
@@ -50,12 +48,18 @@ private:
     uint64_t peers_removed_ = 0;
     std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
-    void write_op(const pi_op_entry& e, uint32_t tid);
-    void ensure_node(uint64_t graph_seq, uint64_t tensor, uint64_t ts_ns);
-    void write_node(const pi_node_event& e, uint64_t graph_seq, uint64_t ts_ns);
-    std::unordered_map<uint64_t, pi_node_event> node_defs_;   // tensor → its last details sent
-    std::unordered_map<uint64_t, uint64_t> node_written_in_;  // tensor → graph of its last row
-    uint64_t node_rows_ = 0;
+    void write_ops(const pi_op_event& e);
+    void write_node(const pi_node_event& e, const std::string& name);
+    void note_node(uint64_t graph_seq, uint64_t tensor);
+    void flush_graph_nodes(size_t at_least);
+    struct GraphNode {
+        uint64_t graph_seq, tensor;
+        int64_t def_id;
+    };
+    std::unordered_map<uint64_t, std::string> node_names_;  // tensor → its last name sent (for experts rows)
+    std::unordered_map<uint64_t, int64_t> node_def_ids_;     // tensor → node_defs row in force
+    std::unordered_map<uint64_t, uint64_t> node_written_in_; // tensor → graph of its last graph_nodes row
+    std::vector<GraphNode> pending_graph_nodes_;
     uint64_t malformed_ = 0;
     bool in_tx_ = false;
 };

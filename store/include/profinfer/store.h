@@ -14,7 +14,11 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
+// From version 7 a node's details are stored once per change (node_defs, node_def_srcs)
+// and each graph's nodes as narrow rows pointing at them (graph_nodes); readers see the
+// schema-6 tables nodes and node_srcs as views (derived_nodes.sql).
+constexpr int kNodeDefsSchema = 7;
 // Version 2 differs only by two derived columns (tokens.phase, experts.layer) that
 // readers no longer use: it is read through the same derived views.
 constexpr int kOldestReadableSchema = 2;
