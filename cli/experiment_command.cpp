@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "profinfer/board.h"
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
 #include "subcommands.h"
@@ -21,7 +22,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     auto* run = cmd->add_subcommand("run", "Record every point of SPEC (experiments/specs/*.toml) that is not done yet, "
                                            "then write its table and figures");
     run->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
-    run->add_option("--board", *board, "Board the results are for; only this machine (host) can run")->capture_default_str();
+    run->add_option("--board", *board, "Board the results are for: host, or the board profile this machine is (profinfer board detect); others --dry-run only")->capture_default_str();
     run->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
     run->add_flag("--quick", *quick, "The spec's quick sweep; points this machine cannot run are skipped with the reason");
     run->add_flag("--dry-run", *dry, "Print the points and their commands; run nothing (any board)");
@@ -36,9 +37,13 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             opt.quick = *quick;
             opt.dry_run = *dry;
             opt.out_dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
-            if (*board != "host" && !*dry)
-                throw Error("board '" + *board + "' is not this machine (this is 'host'); run it on the board, or add "
-                            "--dry-run to see its plan");
+            if (*board != "host" && !*dry) {
+                board_profile(*board);  // a board with no profile: the error lists the known ones
+                const auto here = detect_board(MachineFacts::read(), board_profiles());
+                if (here.name != *board)
+                    throw Error("board '" + *board + "' is not this machine (this is '" + here.name + "': " + here.why +
+                                "); run it on the board, or add --dry-run to see its plan");
+            }
             auto rep = run_experiment(s, opt);
             if (*dry) return 0;
             std::cerr << "profinfer: " << s.name << ": " << rep.done << " recorded, " << rep.already_done

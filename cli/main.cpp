@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     profinfer::cli::add_fit(app, action);
     profinfer::cli::add_predict(app, action);
     profinfer::cli::add_plan(app, action);
+    profinfer::cli::add_board(app, action);
 
     // A reader that goes away (gnuplot, dot, `| head`) is an error to report, not a signal to die of.
     signal(SIGPIPE, SIG_IGN);

@@ -47,7 +47,9 @@ const std::map<std::string, Generic>& generic_events() {
     return m;
 }
 
-bool resolve(CounterSpec& c) {
+}  // namespace
+
+bool resolve_counter(CounterSpec& c) {
     if (auto it = generic_events().find(c.name); it != generic_events().end()) {
         c.perf_type = it->second.type, c.config = it->second.config;
         return true;
@@ -74,6 +76,8 @@ bool resolve(CounterSpec& c) {
     return true;
 }
 
+namespace {
+
 int open_on_cpu(const CounterSpec& c, int cpu) {
     perf_event_attr attr{};
     attr.size = sizeof attr;
@@ -96,7 +100,7 @@ PerCpuCounters::PerCpuCounters(const std::vector<std::string>& names, int n_cpus
     for (const auto& n : names) {
         CounterSpec c;
         c.name = n;
-        if (resolve(c)) {
+        if (resolve_counter(c)) {
             std::vector<int> fds;
             for (int cpu = 0; cpu < n_cpus; ++cpu) {
                 int fd = open_on_cpu(c, cpu);

@@ -38,6 +38,10 @@ private:
     int n_cpus_;
 };
 
+// Fills C's perf type and config from its name (generic, raw rNN, or libpfm4 on this
+// machine) without opening it; false, with the reason, for a name none of them knows.
+bool resolve_counter(CounterSpec& c);
+
 // Splits "a,b,c".
 std::vector<std::string> split_counter_list(const std::string& list);
 
