@@ -2,6 +2,9 @@
 // against what llama.cpp itself reports through its eval callback (llama_graph_dump).
 #include <gtest/gtest.h>
 
+#include <array>
+#include <map>
+
 #include <fstream>
 
 #include <map>
@@ -22,12 +25,13 @@ struct Recording {
     fs::path db;
 };
 
-Recording record(const TempDir& d, std::vector<std::string> options, const std::vector<std::string>& command) {
+Recording record(const TempDir& d, std::vector<std::string> options, const std::vector<std::string>& command,
+                 const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> argv{profinfer_bin(), "record", "-o", d / "run.db"};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back("--");
     argv.insert(argv.end(), command.begin(), command.end());
-    return {run(argv), d / "run.db"};
+    return {run(argv, env), d / "run.db"};
 }
 
 int64_t lost(const fs::path& db) {
@@ -182,6 +186,54 @@ TEST(RecordFull, SchedulerEventsOfTargetThreads) {
     EXPECT_EQ(db.scalar("SELECT count(*) FROM (SELECT DISTINCT tid FROM ops) WHERE tid NOT IN "
                         "(SELECT prev_tid FROM sched_switch UNION SELECT next_tid FROM sched_switch)"),
               0);
+}
+
+// Kernels before 5.18 give sched_switch no prev_state argument: the fallback program reads
+// the state from the task, as those kernels' own sched_switch output did. Both loaded at
+// once record every switch twice, back to back on its CPU: they agree, a preempted task
+// counting as runnable (0), but where a waker got to the task between __schedule's read
+// of its state and the tracepoint: the task then reads TASK_WAKING (0x200). Seen here on
+// a few switches of thousands.
+TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "full"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "32", "Hello"},
+                      {{"PROFINFER_SCHED_SWITCH", "both"}});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.meta()["sched_switch_program"], "both");
+    store::Statement st(db.handle(), "SELECT cpu, prev_tid, next_tid, prev_state, preempt FROM sched_switch ORDER BY cpu, ts_ns");
+    std::vector<std::array<int64_t, 5>> rows;
+    while (st.step()) rows.push_back({st.column_int(0), st.column_int(1), st.column_int(2), st.column_int(3), st.column_int(4)});
+    ASSERT_GT(rows.size(), 20u);
+    ASSERT_EQ(rows.size() % 2, 0u);
+    int sleeping = 0, woken_meanwhile = 0;
+    constexpr int64_t kTaskWaking = 0x200;
+    for (size_t i = 0; i + 1 < rows.size(); i += 2) {
+        const auto &a = rows[i], &b = rows[i + 1];
+        ASSERT_EQ(a[0], b[0]) << "switch " << i / 2;
+        ASSERT_EQ(a[1], b[1]) << "switch " << i / 2 << ": the pair is not one switch";
+        ASSERT_EQ(a[2], b[2]) << "switch " << i / 2;
+        ASSERT_EQ(a[4], b[4]) << "switch " << i / 2;
+        if (a[4]) {
+            EXPECT_TRUE(a[3] == 0 || b[3] == 0) << "a preempted task's state, switch " << i / 2;
+        } else if (a[3] != b[3]) {
+            EXPECT_TRUE(a[3] == kTaskWaking || b[3] == kTaskWaking) << "switch " << i / 2 << ": " << a[3] << " vs " << b[3];
+            ++woken_meanwhile;
+        }
+        sleeping += !a[4] && a[3] != 0;
+    }
+    EXPECT_GT(sleeping, 0);  // the check saw real sleep states, not only zeros
+    EXPECT_LE(woken_meanwhile * 10, sleeping) << "the two programs disagree on most sleeping switches";
+    TempDir d3;
+    auto old = record(d3, {"--level", "full"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"},
+                      {{"PROFINFER_SCHED_SWITCH", "3arg"}});
+    ASSERT_EQ(old.result.status, 0) << old.result.err;
+    store::Database db3(old.db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db3.meta()["sched_switch_program"], "3arg");
+    EXPECT_GT(db3.scalar("SELECT count(*) FROM sched_switch WHERE prev_state != 0"), 0);
 }
 
 // Per-operator major faults: weights paged out before decoding fault back in inside the

@@ -762,9 +762,7 @@ static __always_inline void account_switch(__u32 prev_tid, bool prev_ours, __u32
 	}
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+static __always_inline int on_switch(bool preempt, struct task_struct *prev, struct task_struct *next, __s64 prev_state)
 {
 	__u32 prev_tgid = prev->tgid, next_tgid = next->tgid;
 	if (prev_tgid != target_tgid && next_tgid != target_tgid)
@@ -789,6 +787,36 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	bpf_probe_read_kernel_str(ev->next_comm, sizeof(ev->next_comm), next->comm);
 	submit(ev);
 	return 0;
+}
+
+/* Linux >= 5.18: sched_switch(preempt, prev, next, prev_state). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return on_switch(preempt, prev, next, prev_state);
+}
+
+/* Before 5.14 the task's state was the long `state`, since then `__state`. */
+struct task_struct___pre_5_14 {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* Linux 5.5 - 5.17 (vendor kernels of the boards: RK3588's 5.10, ...): the tracepoint has
+ * no prev_state argument; the state is read from the task, as the kernel itself did, and a
+ * preempted task counts as runnable (0). User space loads this one when the kernel's BTF
+ * prototype of sched_switch has three arguments. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_3arg, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__s64 state = 0;
+	if (!preempt) {
+		if (bpf_core_field_exists(prev->__state))
+			state = BPF_CORE_READ(prev, __state);
+		else
+			state = BPF_CORE_READ((struct task_struct___pre_5_14 *)prev, state);
+	}
+	return on_switch(preempt, prev, next, state);
 }
 
 SEC("tp_btf/sched_wakeup")

@@ -23,6 +23,7 @@
 #include "consumer_priority.h"
 #include "counters.h"
 #include "event_consumer.h"
+#include "kernel_btf.h"
 #include "launcher.h"
 #include "memory_cgroup.h"
 #include "probe_attacher.h"
@@ -396,8 +397,17 @@ private:
         probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, opts_.wait, *db_);
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;
-        // sched_switch also keeps per-node counters right across CPU migrations.
-        bpf_program__set_autoload(skel_->progs.sched_switch, sched || n_active > 0);
+        // sched_switch also keeps per-node counters right across CPU migrations. Its
+        // prototype depends on the kernel: prev_state is an argument from 5.18 on, read from
+        // the task before. PROFINFER_SCHED_SWITCH=3arg forces that path, =both loads the two
+        // (every switch recorded twice), for the test that checks one against the other.
+        const bool want_switch = sched || n_active > 0;
+        const std::string forced = std::getenv("PROFINFER_SCHED_SWITCH") ? std::getenv("PROFINFER_SCHED_SWITCH") : "";
+        const bool three_args = forced.empty() ? tracepoint_arg_count("sched_switch") == 3 : forced != "4arg";
+        const bool four_args = forced.empty() ? !three_args : forced != "3arg";
+        bpf_program__set_autoload(skel_->progs.sched_switch, want_switch && four_args);
+        bpf_program__set_autoload(skel_->progs.sched_switch_3arg, want_switch && three_args);
+        if (want_switch) set_meta("sched_switch_program", four_args && three_args ? "both" : three_args ? "3arg" : "4arg");
         bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
         bpf_program__set_autoload(skel_->progs.wait_sample, probes_->wait_samples());
         int err = tracer_bpf__load(skel_);
@@ -416,6 +426,7 @@ private:
             }
         if (probes_->wait_samples()) open_wait_sampler();
         for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
+                                  std::pair{skel_->progs.sched_switch_3arg, "sched_switch"},
                                   std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
                                   std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
             if (bpf_program__autoload(prog)) probes_->attach_tracepoint(prog, name);
