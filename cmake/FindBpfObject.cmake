@@ -5,6 +5,7 @@
 find_program(BPFOBJECT_CLANG_EXE NAMES clang clang-14 REQUIRED)
 find_program(BPFOBJECT_BPFTOOL_EXE NAMES bpftool PATHS /usr/sbin /sbin REQUIRED)
 
+# The architecture the BPF programs read registers for: the target's (cross builds too).
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64")
   set(BPFOBJECT_ARCH x86)
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
@@ -25,23 +26,8 @@ foreach(d ${_dirs})
   list(APPEND BPFOBJECT_SYS_INCLUDES -idirafter ${d})
 endforeach()
 
-# vmlinux.h from the running kernel's BTF: the BPF side uses kernel types for
-# tp_btf programs and CO-RE relocations.
-set(BPFOBJECT_VMLINUX_DIR ${CMAKE_BINARY_DIR}/bpf-include)
-set(BPFOBJECT_VMLINUX_H ${BPFOBJECT_VMLINUX_DIR}/vmlinux.h)
-if(NOT EXISTS /sys/kernel/btf/vmlinux)
-  message(FATAL_ERROR "/sys/kernel/btf/vmlinux is missing: profinfer needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF=y)")
-endif()
-if(NOT EXISTS ${BPFOBJECT_VMLINUX_H})
-  file(MAKE_DIRECTORY ${BPFOBJECT_VMLINUX_DIR})
-  execute_process(COMMAND ${BPFOBJECT_BPFTOOL_EXE} btf dump file /sys/kernel/btf/vmlinux format c
-                  OUTPUT_FILE ${BPFOBJECT_VMLINUX_H} RESULT_VARIABLE _rc)
-  if(NOT _rc EQUAL 0)
-    file(REMOVE ${BPFOBJECT_VMLINUX_H})
-    message(FATAL_ERROR "bpftool could not dump the kernel's BTF into vmlinux.h")
-  endif()
-endif()
-
+# Kernel types come from tracer/bpf/vmlinux_min.h (CO-RE: relocated against the running
+# kernel's BTF at load time), so nothing of the build machine's kernel is needed here.
 set(BpfObject_FOUND TRUE)
 
 function(bpf_object name source)
@@ -56,7 +42,7 @@ function(bpf_object name source)
   add_custom_command(OUTPUT ${obj}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${out_dir}
     COMMAND ${BPFOBJECT_CLANG_EXE} -g -O2 -Wall -target bpf -D__TARGET_ARCH_${BPFOBJECT_ARCH}
-            -I${BPFOBJECT_VMLINUX_DIR} ${inc} ${BPFOBJECT_SYS_INCLUDES}
+            ${inc} ${BPFOBJECT_SYS_INCLUDES}
             -c ${CMAKE_CURRENT_SOURCE_DIR}/${source} -o ${obj}
     DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${source} ${ARG_DEPENDS}
     VERBATIM COMMENT "Compiling BPF object ${name}")

@@ -2,7 +2,7 @@
 /* profinfer's kernel side: probe handlers that stamp and forward events to one
  * ring buffer. Settings are read-only globals set by user space before load; the
  * struct offsets they need come from user space too (DWARF or the built-in table). */
-#include "vmlinux.h"
+#include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
