@@ -68,7 +68,7 @@ def run_one(config, args, work):
            str(args.threads), "--prompt", str(args.prompt), "--tokens", str(args.tokens)]
     env = dict(os.environ)
     before = cpu_seconds()
-    floor = None
+    floor = reader = None
     kind = "bench"
     if config in ("bpftrace", "bpftrace-stream"):
         lib = os.path.join(os.path.dirname(args.bench), "libggml-cpu.so")
@@ -82,7 +82,8 @@ def run_one(config, args, work):
             if line.startswith("Attaching"):
                 break
         if config == "bpftrace-stream":
-            threading.Thread(target=lambda out: [None for _ in out], args=(floor.stdout,), daemon=True).start()
+            reader = threading.Thread(target=lambda out: [None for _ in out], args=(floor.stdout,), daemon=True)
+            reader.start()
         cmd = bench
     elif config == "none":
         cmd = bench
@@ -107,7 +108,11 @@ def run_one(config, args, work):
         status = subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL, env=env).returncode
     if floor:
         floor.send_signal(signal.SIGINT)
-        floor.communicate()
+        if reader:  # it reads the lines to their end; closing them under it would be an error
+            floor.wait()
+            reader.join()
+        else:
+            floor.communicate()
     if status != 0:
         sys.exit(f"profinfer: the {config} run failed (exit status {status}): {' '.join(cmd)}")
     cpu = cpu_seconds() - before

@@ -17,13 +17,20 @@
 # commit's source against its libraries (the stock libllama-common.so included) and placed
 # beside them, where ggml_backend_load_all finds the backends.
 #
+# PROFINFER_ARCH=arm64 on an x86-64 machine (make cross-arm64): the same flavours for arm64
+# in a cache of their own — debug cross-compiled with cmake/toolchain-aarch64.cmake for the
+# RK3588's Cortex-A76 (armv8.2-a), release the stock @node-llama-cpp/linux-arm64 libraries;
+# their programs run under qemu-user.
+#
 # Each flavour directory carries manifest.json; the C++ side (profinfer::LlamaInstall)
 # reads only that file, so paths are decided here and nowhere else.
 set -euo pipefail
 
 NLC_VERSION=3.21.1
 CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
-ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION
+ARCH=${PROFINFER_ARCH:-}
+[[ $ARCH == "$(uname -m)" || ($ARCH == arm64 && $(uname -m) == aarch64) ]] && ARCH=""
+ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION${ARCH:+-$ARCH}
 TARGETS=(llama-simple llama-bench llama-completion llama-quantize llama-eval-callback)
 
 say() { echo "profinfer[llama]: $*" >&2; }
@@ -34,6 +41,9 @@ npm_unpack() { "$(dirname "${BASH_SOURCE[0]}")/npm-unpack.sh" "$@" || die "could
 ensure_source() {
   local src=$ROOT/src
   [[ -f $src/CMakeLists.txt ]] && return 0
+  if [[ -n $ARCH && -f $CACHE/llama.cpp/nlc-$NLC_VERSION/src/CMakeLists.txt ]]; then  # the same source
+    git -c advice.detachedHead=false clone -q "$CACHE/llama.cpp/nlc-$NLC_VERSION/src" "$src" && return 0
+  fi
   npm_unpack "node-llama-cpp@$NLC_VERSION" "$ROOT/npm/node-llama-cpp"
   local bundle=$ROOT/npm/node-llama-cpp/llama/gitRelease.bundle
   [[ -f $bundle ]] || die "node-llama-cpp@$NLC_VERSION has no llama/gitRelease.bundle"
@@ -76,8 +86,12 @@ build_flavour() { # flavour
     "$(dirname "$0")/install-deps.sh" --with-openblas   # Debian's libopenblas-dev
     extra=(-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS)
   fi
+  if [[ $ARCH == arm64 ]]; then
+    extra+=(-DCMAKE_TOOLCHAIN_FILE="$(cd "$(dirname "$0")/.." && pwd)/cmake/toolchain-aarch64.cmake"
+            -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DLLAMA_BUILD_EXAMPLES=ON)
+  fi
   ensure_source
-  say "building llama.cpp ($flavour) in $dir/build — about 10 minutes on 2 cores, once"
+  say "building llama.cpp ($flavour${ARCH:+, $ARCH}) in $dir/build — about 10 minutes on 2 cores, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DGGML_CCACHE=OFF "${extra[@]}" >"$dir.cmake.log" 2>&1 || die "cmake configure failed, see $dir.cmake.log"
@@ -124,7 +138,7 @@ case $cmd in
       exec 9>"$ROOT/.lock"; flock 9   # two make jobs must not build the same tree
       if [[ ! -f $manifest ]]; then
         case $flavour in
-          release) unpack_stock release linux-x64;;
+          release) unpack_stock release "linux-${ARCH:-x64}";;
           vulkan) unpack_stock vulkan linux-x64-vulkan;;
           *) mkdir -p "$ROOT/$flavour"; build_flavour "$flavour";;
         esac
