@@ -3,12 +3,15 @@
 #   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board
 #   make build                the pinned llama.cpp (cached) and build/profinfer
 #   make test-sanitized       the suite under ASan + UBSan, and the fuzzers (build-sanitized/)
+#   make cross-arm64          profinfer for aarch64 (build-arm64/), with the pinned llama.cpp for arm64
+#   make test-arm64           that build's tests under qemu-user (BPF cannot load there: those skip, saying so)
+#   make farm INVENTORY=FILE [STUDIES=a,b] [QUICK=1]   the studies on every board of an Ansible inventory
 BUILD ?= build
 BOARD ?= host
 JOBS ?= $(shell nproc)
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps llama build test test-sanitized bench reproduce clean
+.PHONY: all deps llama build test test-sanitized bench reproduce clean cross-arm64 test-arm64 farm
 
 all: build
 
@@ -48,5 +51,38 @@ bench: build
 reproduce: build llama
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)
 
+# aarch64, cross-compiled here (docs/boards.md): the user-space code, the BPF object for
+# arm64 (-D__TARGET_ARCH_arm64, tracer/bpf/vmlinux_min.h) and the tests, against the pinned
+# llama.cpp for arm64 — cross-built with debug info, and the stock @node-llama-cpp/linux-arm64.
+cross-arm64:
+	@scripts/install-deps.sh --cross-arm64
+	@PROFINFER_ARCH=arm64 scripts/llama.sh ensure debug >/dev/null
+	@PROFINFER_ARCH=arm64 scripts/llama.sh ensure release >/dev/null
+	@PROFINFER_ARCH=arm64 cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@PROFINFER_ARCH=arm64 cmake --build build-arm64 -j$(JOBS)
+	@file -b build-arm64/profinfer | cut -d, -f1-2
+
+# The arm64 build's tests under qemu-user, with the arm64 llama.cpp: every test that needs
+# no kernel support runs; the eBPF ones skip, each saying why.
+test-arm64: cross-arm64
+	@scripts/qemu-binfmt.sh
+	@cd build-arm64 && PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 --timeout 1800
+
+# Every board of an Ansible inventory at once, one exclusive job per board (farm/playbook.yml),
+# results back in farm-results/<board>/, indexes merged (farm-results/farm.db) and compared
+# side by side (farm-results/compare/). STUDIES=all runs make reproduce on each board.
+INVENTORY ?= farm/inventory-local.ini
+STUDIES ?= all
+FARM_QUICK ?= 1
+FARM_RESULTS ?= farm-results
+farm:
+	@command -v ansible-playbook >/dev/null || scripts/install-deps.sh --with-ansible
+	@mkdir -p $(FARM_RESULTS)
+	@ANSIBLE_PYTHON_INTERPRETER=/usr/bin/python3 ansible-playbook -i $(INVENTORY) farm/playbook.yml \
+	  -e controller_dir=$(CURDIR) -e farm_results=$(abspath $(FARM_RESULTS)) -e studies=$(STUDIES) \
+	  -e quick=$(FARM_QUICK) $(FARM_EXTRA)
+	@/usr/bin/python3 scripts/farm-merge.py $(FARM_RESULTS)
+
 clean:
-	rm -rf $(BUILD) build-sanitized
+	rm -rf $(BUILD) build-sanitized build-arm64

@@ -13,10 +13,22 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   bc bsdextrautils fonts-dejavu-core
   python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)
+  ansible rsync                # make farm (farm/playbook.yml) and its test
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
 if [[ "${1:-}" == "--with-openblas" ]]; then packages+=(libopenblas-dev); fi
+# make cross-arm64: the aarch64 cross compiler, the arm64 -dev packages (multiarch) and
+# qemu-user for running the arm64 builds here.
+if [[ "${1:-}" == "--cross-arm64" ]]; then
+  dpkg --print-foreign-architectures | grep -qx arm64 || { [[ $(id -u) -eq 0 ]] && dpkg --add-architecture arm64; }
+  packages=(crossbuild-essential-arm64 qemu-user-static clang llvm bpftool
+            libbpf-dev:arm64 libelf-dev:arm64 libdw-dev:arm64 zlib1g-dev:arm64 libsqlite3-dev:arm64 libpfm4-dev:arm64
+            libboost-iostreams-dev:arm64 libboost-system-dev:arm64 libboost-filesystem-dev:arm64
+            libgtest-dev:arm64 libgmock-dev:arm64 libtomlplusplus-dev:arm64 libbenchmark-dev:arm64)
+fi
+# make farm: Ansible (with the ansible.posix collection) and rsync on the controller.
+if [[ "${1:-}" == "--with-ansible" ]]; then packages+=(ansible rsync); fi
 # The Vulkan backend's device here: Mesa's lavapipe (Vulkan on the CPU) and the loader.
 if [[ "${1:-}" == "--with-vulkan" ]]; then packages+=(mesa-vulkan-drivers libvulkan1); fi
 
