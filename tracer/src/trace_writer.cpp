@@ -203,8 +203,8 @@ void TraceWriter::write_node(const pi_node_event& e, const std::string& name) {
         q.run();
     }
     node_def_ids_[e.dst.addr] = def_id;
-    // Its graph ran it with these details, whatever that graph's records said before.
-    node_written_in_.erase(e.dst.addr);
+    // Its graph runs it with these details; where another thread's records of this graph
+    // came first (a row with the earlier details), that row stays: one row per node and graph.
     note_node(e.graph_seq, e.dst.addr);
 }
 
