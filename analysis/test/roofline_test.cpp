@@ -56,11 +56,13 @@ TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
     ASSERT_EQ(b.status, 0) << b.err;
     auto m = MachineBench::load(d / "m.json");
     ASSERT_EQ(m.roofs.size(), 1u);
-    EXPECT_GT(m.roofs[0].triad_gbs, 0.5);
-    EXPECT_GT(m.roofs[0].peak_gflops, 0.5);
+    // Rates were measured (not what they are: an emulated arm64 build under qemu-user
+    // reaches 0.4 G ops/s, real machines hundreds).
+    EXPECT_GT(m.roofs[0].triad_gbs, 0.01);
+    EXPECT_GT(m.roofs[0].peak_gflops, 0.01);
     // A peak per kind of arithmetic, f32 among them, each on the widest unit it names.
     EXPECT_EQ(m.roofs[0].peak_gops.at("f32"), m.roofs[0].peak_gflops);
-    for (const auto& [kind, g] : m.roofs[0].peak_gops) EXPECT_GT(g, 0.5) << kind;
+    for (const auto& [kind, g] : m.roofs[0].peak_gops) EXPECT_GT(g, 0.01) << kind;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2")) {
         EXPECT_EQ(m.roofs[0].peak_gops.count("int8"), 1u);
@@ -86,6 +88,7 @@ TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
 // reports measured traffic. No PMU here: a software counter recorded in its slot stands in,
 // relabelled as the board's counter — the analysis only reads the database.
 TEST(Roofline, CounterTrafficFromADramCounter) {
+    PROFINFER_REQUIRE_BPF();  // it records the trace it reads
     TempDir d;
     auto r = run({profinfer_bin(), "record", "--level", "op", "--counters", "minor-faults", "-o", d / "c.db", "--",
                   llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"});

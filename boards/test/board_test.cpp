@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -130,3 +131,24 @@ TEST(BoardCli, DetectAndShow) {
     EXPECT_EQ(j["pin_cpus"], nlohmann::json({4, 5, 6, 7}));
     expect_one_line_failure(run_profinfer({"board", "show", "nosuchboard"}), "known: host, qcs6490, rk3588");
 }
+
+#if defined(__aarch64__)
+// libpfm4's tables are per architecture: the arm64 build (make test-arm64, under qemu-user)
+// resolves the Table 3 events by name for a PMU that is not present, forced with
+// LIBPFM_FORCE_PMU (read once, when libpfm4 initialises: set before any test runs). Debian's
+// libpfm4 has no Cortex-A76 table; Neoverse N1, the A76's server sibling, has the same
+// ARMv8 common events.
+static const bool kForcedPmu = setenv("LIBPFM_FORCE_PMU", "arm_n1", 1) == 0;
+
+TEST(BoardPmu, Table3EventsByNameThroughArm64Libpfm4) {
+    ASSERT_TRUE(kForcedPmu);
+    const std::map<std::string, uint64_t> armv8 = {
+        {"L3D_CACHE_REFILL", 0x2a}, {"MEM_ACCESS_WR", 0x67}, {"CPU_CYCLES", 0x11}, {"STALL_BACKEND", 0x24}};
+    for (const auto& [event, code] : armv8) {
+        CounterSpec spec{"arm_n1::" + event};
+        ASSERT_TRUE(resolve_counter(spec)) << event << ": " << spec.reason;
+        EXPECT_EQ(spec.perf_type, uint32_t(PERF_TYPE_RAW)) << event;
+        EXPECT_EQ(spec.config & 0xffff, code) << event;
+    }
+}
+#endif
