@@ -37,8 +37,12 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             opt.quick = *quick;
             opt.dry_run = *dry;
             opt.out_dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
+            if (*board != "host") {  // a board with no profile: the error lists the known ones
+                const BoardProfile profile = board_profile(*board);
+                opt.pin_cpus = profile.pin_cpus;
+                opt.counters = profile.counter_list();
+            }
             if (*board != "host" && !*dry) {
-                board_profile(*board);  // a board with no profile: the error lists the known ones
                 const auto here = detect_board(MachineFacts::read(), board_profiles());
                 if (here.name != *board)
                     throw Error("board '" + *board + "' is not this machine (this is '" + here.name + "': " + here.why +

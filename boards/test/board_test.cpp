@@ -152,3 +152,17 @@ TEST(BoardPmu, Table3EventsByNameThroughArm64Libpfm4) {
     }
 }
 #endif
+
+// A board's studies run as its profile says: inference pinned to the big cores, the
+// profile's Table 3 counters at --level full (shown by the plan, which any machine prints).
+TEST(BoardCli, BoardPlanPinsTheBigCoresAndTakesItsCounters) {
+    auto r = run_profinfer({"experiment", "run", std::string(PROFINFER_SOURCE_DIR) + "/experiments/specs/thread-imbalance.toml",
+                            "--board", "rk3588", "--quick", "--dry-run"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("taskset -c 4,5,6,7 "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("counters: r2a,r67,r11,r24,major-faults"), std::string::npos) << r.out;
+    auto host = run_profinfer({"experiment", "run", std::string(PROFINFER_SOURCE_DIR) + "/experiments/specs/thread-imbalance.toml",
+                               "--quick", "--dry-run"});
+    ASSERT_EQ(host.status, 0) << host.err;
+    EXPECT_EQ(host.out.find("taskset"), std::string::npos) << host.out;
+}

@@ -226,6 +226,15 @@ fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::pa
     return model;
 }
 
+// The point's command as the board runs it: under taskset on the board's inference CPUs.
+std::vector<std::string> on_board(const RunOptions& opt, std::vector<std::string> command) {
+    if (opt.pin_cpus.empty()) return command;
+    std::string cpus;
+    for (int c : opt.pin_cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+    command.insert(command.begin(), {"taskset", "-c", cpus});
+    return command;
+}
+
 std::vector<std::string> point_command(const SweepPoint& p, const fs::path& model) {
     const auto install = LlamaInstall::locate(flavour_of(p.at("backend")), false);
     std::vector<std::string> argv{install.program("llama-bench").string(), "-m", model.string(), "-t", p.at("threads"),
@@ -263,7 +272,9 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (missing.count(p.id()))
                 std::cout << "\n    skipped: " << missing[p.id()];
             else
-                std::cout << "\n    " << env_prefix(p) << joined(point_command(p, point_model(p, spec.scale, opt.profinfer, false)))
+                std::cout << "\n    " << env_prefix(p)
+                          << joined(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
+                          << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
                           << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
                                               : std::string())
                           << (p.at("mem") != "none" ? "\n    in a memory cgroup limited to " + p.at("mem") +
@@ -302,10 +313,11 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             continue;
         }
         const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
-        const auto command = point_command(p, model);
+        const auto command = on_board(opt, point_command(p, model));
         for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
         std::vector<std::string> argv{opt.profinfer.string(), "record", "--level", spec.level, "--board", opt.board, "-o",
                                       db.string()};
+        if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
         if (p.at("mem") != "none") {
             // The model's pages leave the page cache first: pages cached by an earlier run
             // are charged to no limit and would never be read from disk again.

@@ -56,6 +56,10 @@ struct RunOptions {
     std::filesystem::path out_dir;    // results/<board>/<experiment>
     std::string board = "host";
     bool quick = false, dry_run = false;
+    // From the board's profile (boards/profiles): the CPUs the inference threads are pinned
+    // to (taskset; empty: not pinned), and the counters --level full records.
+    std::vector<int> pin_cpus;
+    std::string counters;
 };
 
 struct RunReport {
