@@ -14,12 +14,6 @@ BoardProfile profile_named(const std::string& name, const std::string& root) {
     return board_profile(name);
 }
 
-std::string cpu_list(const std::vector<int>& cpus) {
-    std::string s;
-    for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
-    return s;
-}
-
 }  // namespace
 
 void add_board(CLI::App& app, std::function<int()>& action) {

@@ -106,6 +106,12 @@ BoardProfile BoardProfile::load(const fs::path& file) {
     return p;
 }
 
+std::string cpu_list(const std::vector<int>& cpus) {
+    std::string s;
+    for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
+    return s;
+}
+
 std::string BoardProfile::counter_list() const {
     std::string l;
     for (const auto& c : counters) l += (l.empty() ? "" : ",") + c.event;

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "profinfer/error.h"
+#include "profinfer/board.h"
 #include "profinfer/experiment.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/store.h"
@@ -229,9 +230,7 @@ fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::pa
 // The point's command as the board runs it: under taskset on the board's inference CPUs.
 std::vector<std::string> on_board(const RunOptions& opt, std::vector<std::string> command) {
     if (opt.pin_cpus.empty()) return command;
-    std::string cpus;
-    for (int c : opt.pin_cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
-    command.insert(command.begin(), {"taskset", "-c", cpus});
+    command.insert(command.begin(), {"taskset", "-c", cpu_list(opt.pin_cpus)});
     return command;
 }
 

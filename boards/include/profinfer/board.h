@@ -45,6 +45,9 @@ struct BoardProfile {
     nlohmann::json to_json() const;
 };
 
+// "4,5,6,7": a CPU list as taskset and the profiles' printouts write it.
+std::string cpu_list(const std::vector<int>& cpus);
+
 // boards/profiles (PROFINFER_BOARDS overrides it).
 std::filesystem::path board_profiles_dir();
 std::vector<BoardProfile> board_profiles();  // every profile file, by name
