@@ -54,6 +54,18 @@ bool ops_enabled = true;
 bool call_ops = true;
 __u64 graph_counter = 0;
 __u64 current_graph_seq = 0;
+/* Node details are news only in a graph ggml has not run before: ggml_backend_sched gives
+ * each graph it splits a new uid (ggml_cgraph.uid) and keeps it while llama.cpp reuses the
+ * graph, tensors and all. Once thread 0 has described every node of a graph whose uid is
+ * set, later runs of that uid skip the per-node identity check (a user read and compare
+ * of 248 bytes per node). 0: no uid (an older ggml, or a graph built outside the
+ * scheduler): every node is checked. */
+__u64 described_uid = 0;
+bool current_graph_known = false;
+bool current_describe_failed = false;
+/* Bumped by user space each time it turns the operator probes back on: a graph during
+ * which they went off and on again may have nodes nobody described. */
+__u32 ops_epoch = 0;
 
 static __always_inline bool is_target(__u64 pid_tgid)
 {
@@ -167,6 +179,8 @@ struct graph_entry {
 	__u64 cgraph, backend, seq;
 	__u8 guid[16];
 	__s32 n_nodes;
+	__u32 ops_epoch; /* CPU graphs: ops_epoch at entry, or ~0 when operators were off */
+	__u64 uid;       /* CPU graphs: ggml_cgraph.uid, 0 when unknown */
 };
 
 struct {
@@ -193,8 +207,14 @@ static __always_inline void graph_enter(__u32 api, void *backend, void *cgraph)
 	bpf_probe_read_user(&g.n_nodes, sizeof(g.n_nodes), cgraph + layout.cgraph_n_nodes);
 	/* Operator records name the CPU graph they belong to. */
 	g.seq = __sync_fetch_and_add(&graph_counter, 1) + 1;
-	if (api == 2)
+	if (api == 2) {
 		current_graph_seq = g.seq;
+		if (layout.cgraph_uid)
+			bpf_probe_read_user(&g.uid, sizeof(g.uid), cgraph + layout.cgraph_uid);
+		g.ops_epoch = ops_enabled && call_ops ? ops_epoch : ~0U;
+		current_graph_known = g.uid && g.uid == described_uid;
+		current_describe_failed = false;
+	}
 	__u64 key = ((__u64)(__u32)pid_tgid << 8) | api;
 	bpf_map_update_elem(&graph_entries, &key, &g, BPF_ANY);
 }
@@ -371,6 +391,11 @@ static __always_inline void graph_exit(__u32 api)
 		/* Every thread's last node ends when the graph returns. */
 		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32 };
 		bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);
+		/* Every node of the graph described (the operator probes on throughout, no
+		 * record lost): its uid is known from now on. */
+		if (g->uid && !current_graph_known && g->ops_epoch == ops_epoch && ops_enabled && call_ops &&
+		    !current_describe_failed)
+			described_uid = g->uid;
 	}
 	struct pi_graph_event *ev = reserve(PI_EV_GRAPH, sizeof(*ev));
 	if (ev) {
@@ -566,11 +591,27 @@ static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, __u32 pos, 
 {
 	struct node_identity *id = 0;
 	struct sent_node *slot = 0;
+	if (current_graph_known) {
+		/* Described before, and the same since (the graph's uid): only the expert ids,
+		 * from the identity kept for the position (no user read). */
+		__u32 key = pos & (PI_NODE_POSITIONS - 1);
+		struct sent_node *sent = capture_experts ? bpf_map_lookup_elem(&nodes_sent, &key) : 0;
+		if (!sent || sent->tensor != (__u64)t)
+			return;
+		__u64 ids = identity_src(&sent->id, 2);
+		if (identity_op(&sent->id) == layout.op_mul_mat_id && ids)
+			emit_experts(pid_tgid, seq, t, (const void *)ids);
+		return;
+	}
 	bool changed = node_changed(t, pos, &id, &slot);
-	if (changed && emit_node(pid_tgid, seq, t) && id && slot) {
-		slot->tensor = (__u64)t;
-		for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-			((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
+	if (changed) {
+		if (emit_node(pid_tgid, seq, t) && id && slot) {
+			slot->tensor = (__u64)t;
+			for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
+				((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
+		} else {
+			current_describe_failed = true;
+		}
 	}
 	if (!capture_experts || !id)
 		return;

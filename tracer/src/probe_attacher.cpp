@@ -349,7 +349,8 @@ void ProbeAttacher::set_ops_attached(bool on) {
                 if (bpf_link* l = attach_uprobe(p.program(skel_), lib, symbol.c_str(), p.retprobe, sym->file_offset(symbol)))
                     attached_.push_back({l, &p, lib});
             }
-        skel_->data->ops_enabled = true;
+        ++skel_->bss->ops_epoch;  // a graph that saw them off describes its nodes again
+        __atomic_store_n(&skel_->data->ops_enabled, true, __ATOMIC_RELEASE);
     }
 }
 

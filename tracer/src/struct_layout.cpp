@@ -108,6 +108,14 @@ uint32_t member(const std::map<std::string, Members>& s, const std::string& st, 
     return uint32_t(jt->second);
 }
 
+// 0 when the struct has no such member (an older ggml).
+uint32_t optional_member(const std::map<std::string, Members>& s, const std::string& st, const std::string& m) {
+    auto it = s.find(st);
+    if (it == s.end()) return 0;
+    auto jt = it->second.find(m);
+    return jt == it->second.end() ? 0 : uint32_t(jt->second);
+}
+
 template <size_t N>
 std::vector<std::string> to_vector(const char* const (&a)[N]) {
     return std::vector<std::string>(a, a + N);
@@ -140,6 +148,7 @@ GgmlLayout GgmlLayout::builtin() {
     o.params_nth = 4;
     o.cgraph_n_nodes = 4;
     o.cgraph_nodes = 16;
+    o.cgraph_uid = 88;
     o.backend_guid = 0;
     o.batch_n_tokens = 0;
     l.op_names = to_vector(kGgmlOpNames);
@@ -178,6 +187,7 @@ GgmlLayout GgmlLayout::from_dwarf(const std::vector<fs::path>& libraries) {
     o.params_nth = member(s, "ggml_compute_params", "nth");
     o.cgraph_n_nodes = member(s, "ggml_cgraph", "n_nodes");
     o.cgraph_nodes = member(s, "ggml_cgraph", "nodes");
+    o.cgraph_uid = optional_member(s, "ggml_cgraph", "uid");
     o.backend_guid = member(s, "ggml_backend", "guid");
     o.batch_n_tokens = member(s, "llama_batch", "n_tokens");
     for (const char* e : {"ggml_op", "ggml_unary_op", "ggml_glu_op"})

@@ -27,6 +27,7 @@ TEST(StructLayout, BuiltinTableMatchesTheDebugBuildsDwarf) {
     EXPECT_EQ(a.params_nth, b.params_nth);
     EXPECT_EQ(a.cgraph_n_nodes, b.cgraph_n_nodes);
     EXPECT_EQ(a.cgraph_nodes, b.cgraph_nodes);
+    EXPECT_EQ(a.cgraph_uid, b.cgraph_uid);
     EXPECT_EQ(a.backend_guid, b.backend_guid);
     EXPECT_EQ(a.batch_n_tokens, b.batch_n_tokens);
     EXPECT_EQ(a.op_mul_mat_id, b.op_mul_mat_id);

@@ -191,6 +191,7 @@ struct pi_layout {
 	__u32 tensor_src, tensor_data, tensor_name, tensor_nb, tensor_view_src;
 	__u32 params_ith, params_nth;
 	__u32 cgraph_n_nodes, cgraph_nodes;
+	__u32 cgraph_uid; /* 0: the ggml has no ggml_cgraph.uid */
 	__u32 backend_guid;
 	__u32 batch_n_tokens;
 	__u32 op_mul_mat_id; /* value of GGML_OP_MUL_MAT_ID */
