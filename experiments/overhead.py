@@ -7,6 +7,13 @@ all alike), each against the untraced baseline of its own program in the same ro
     token, graph, op, full, full-exact   profinfer record at each level (full: --wait sampled;
                                          full-exact: --wait exact, a probe on every ggml_barrier)
     budget-0.5, budget-1, budget-2       profinfer record --level op --budget PCT
+    op-trap, op-nosend                   --level op with PROFINFER_ABLATE=trap (node probes return at
+                                         once: the traps alone) and =send (all the work, no record
+                                         sent: no consumer work): where op's cost goes
+  llama-bench (no prompt, --paired-tokens decode tokens), within the run:
+    op-paired, full-paired               --level op / full with PROFINFER_ALTERNATE=W: windows of W
+                                         recorded calls against their neighbouring windows of W calls
+                                         whose node probes only trap (per window, pooled over rounds)
     bpftrace                             bpftrace counting hits of the same node hooks per
                                          thread: what uprobes on them cost at least (the floor)
   evalcb_peer (N decode tokens), baseline `peer-none`:
@@ -26,9 +33,18 @@ import argparse, csv, json, os, random, resource, shutil, signal, sqlite3, stati
 
 LEVELS = ["token", "graph", "op", "full", "full-exact"]
 BUDGETS = ["budget-0.5", "budget-1", "budget-2"]
-BASELINE = {c: "none" for c in LEVELS + BUDGETS + ["bpftrace", "bpftrace-stream"]}
+# Where --level op's cost goes (PROFINFER_ABLATE): its node probes trapping and returning at
+# once (our own floor), and doing all their work but sending nothing (no consumer).
+ABLATIONS = ["op-trap", "op-nosend"]
+# The operator level's work above its traps, measured inside one run (PROFINFER_ALTERNATE):
+# decode calls alternate between windows whose operators are recorded and windows whose node
+# probes trap and return; each recorded window's median call against its two neighbours'.
+# Neighbouring calls share the machine's state, so this resolves what separate runs on a
+# shared machine cannot (their rounds differ by several %).
+PAIRED = ["op-paired", "full-paired"]
+BASELINE = {c: "none" for c in LEVELS + BUDGETS + ABLATIONS + ["bpftrace", "bpftrace-stream"]}
 BASELINE.update({"evalcb": "peer-none", "ort-profile": "ort"})
-CONFIGS = ["none"] + LEVELS + ["bpftrace", "bpftrace-stream"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
+CONFIGS = ["none"] + LEVELS + ABLATIONS + PAIRED + ["bpftrace", "bpftrace-stream"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
 
 
 def cpu_seconds():
@@ -56,6 +72,32 @@ def fresh_db(work):
         if os.path.exists(db + suffix):
             os.remove(db + suffix)
     return db
+
+
+def paired_windows(db, skip=1):
+    """PROFINFER_ALTERNATE run: per recorded window, its median decode call over the mean of
+    its two neighbouring windows' medians, minus 1, in %; the first SKIP calls of each window
+    are left out (the switch falls there)."""
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT t.end_ns - t.start_ns, t.n_tokens, u.token_id IS NOT NULL FROM tokens t "
+                       "LEFT JOIN ops_untraced u ON u.token_id = t.id ORDER BY t.start_ns").fetchall()
+    con.close()
+    windows = []
+    for d, n, off in rows:
+        if not windows or windows[-1][0] != off:
+            windows.append((off, []))
+        windows[-1][1].append((d, n))
+    def med(w):
+        v = [d for d, n in w[1][skip:] if n == 1]
+        return statistics.median(v) if v else None
+    out = []
+    for i in range(1, len(windows) - 1):
+        if windows[i][0]:
+            continue
+        a, m, b = med(windows[i - 1]), med(windows[i]), med(windows[i + 1])
+        if a and m and b:
+            out.append(100 * (m / ((a + b) / 2) - 1))
+    return out
 
 
 def run_one(config, args, work):
@@ -87,8 +129,15 @@ def run_one(config, args, work):
         cmd = bench
     elif config == "none":
         cmd = bench
-    elif config in LEVELS or config in BUDGETS:
-        if config == "full-exact":
+    elif config in PAIRED:
+        env["PROFINFER_ALTERNATE"] = str(args.paired_window)
+        cmd = [args.profinfer, "record", "-q", "--level", config.split("-")[0], "-o", fresh_db(work), "--", args.bench,
+               "-m", args.model, "-t", str(args.threads), "-p", "0", "-n", str(args.paired_tokens), "-r", "1", "-o", "csv"]
+    elif config in LEVELS or config in BUDGETS or config in ABLATIONS:
+        if config in ABLATIONS:
+            level = ["--level", "op"]
+            env["PROFINFER_ABLATE"] = "trap" if config == "op-trap" else "send"
+        elif config == "full-exact":
             level = ["--level", "full", "--wait", "exact"]
         elif config in BUDGETS:
             level = ["--level", "op", "--budget", config.split("-", 1)[1]]
@@ -119,6 +168,8 @@ def run_one(config, args, work):
     extra = {}
     if kind == "bench":
         pp, tg = bench_speeds(out)
+        if config in PAIRED:
+            extra["paired_window_pct"] = ";".join(f"{x:.3f}" for x in paired_windows(os.path.join(work, "run.db")))
         if config in BUDGETS:
             con = sqlite3.connect(os.path.join(work, "run.db"))
             n, untraced = con.execute("SELECT count(*), (SELECT count(*) FROM ops_untraced) FROM tokens").fetchone()
@@ -165,6 +216,15 @@ def summarise(rows, out_dir):
         mine = [r for r in rows if r["config"] == config]
         if not mine:
             continue  # a configuration added after these runs
+        if config in PAIRED:
+            pooled = [float(x) for r in mine for x in (r.get("paired_window_pct") or "").split(";") if x]
+            s, s_ci = fmt_ci(pooled)
+            summary.append({"config": config, "baseline": "the same run's trap-only windows", "rounds": len(mine),
+                            "median_decode_tps": round(statistics.median(float(r["decode_tps"]) for r in mine), 3),
+                            "decode_slowdown_pct": s, "decode_slowdown_ci95": s_ci, "prefill_slowdown_pct": "",
+                            "prefill_slowdown_ci95": "", "cpu_pct": "", "cpu_ci95": "",
+                            "traced_calls_pct": f"{len(pooled)} windows"})
+            continue
         base_of = BASELINE.get(config, config)
         slow, cpu, pslow = [], [], []
         for runs in by_round.values():
@@ -203,13 +263,27 @@ def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
         f.write("| config | rounds | median decode t/s | decode slowdown % (median, 95 % CI) | prefill slowdown % "
                 "(median, 95 % CI) | CPU time % (median, 95 % CI) | × bpftrace floor | decode calls traced % |\n")
         f.write("|---|---|---|---|---|---|---|---|\n")
-        for c in ["none"] + LEVELS + ["bpftrace", "bpftrace-stream"] + BUDGETS:
+        for c in ["none"] + LEVELS + ABLATIONS + ["bpftrace", "bpftrace-stream"] + BUDGETS:
             if c not in row:
                 continue  # a configuration added after these runs
             r = row[c]
             f.write(f"| {c} | {r['rounds']} | {r['median_decode_tps']} | {r['decode_slowdown_pct']} "
                     f"{r['decode_slowdown_ci95']} | {r['prefill_slowdown_pct']} {r['prefill_slowdown_ci95']} | "
                     f"{r['cpu_pct']} {r['cpu_ci95']} | {r['x_floor']} | {r['traced_calls_pct']} |\n")
+        if any(c in row for c in PAIRED):
+            f.write(f"\nWithin one run (`PROFINFER_ALTERNATE={args.paired_window}`, llama-bench -p 0 -n "
+                    f"{args.paired_tokens}): windows of {args.paired_window} decode calls whose operators are "
+                    "recorded against the neighbouring windows whose node probes trap and return (the op-trap "
+                    "state), the first call of each window left out; per window, pooled over rounds. This is the "
+                    "cost of the operator level above its traps, resolved to a few tenths of a % where separate "
+                    "runs on this shared machine differ by several %; at --level full the scheduler and sampling "
+                    "programs run in both kinds of window, so full-paired is the node probes' part only.\n\n")
+            f.write("| config | rounds | windows | slowdown of recorded windows % (median, 95 % CI) |\n|---|---|---|---|\n")
+            for c in PAIRED:
+                if c in row:
+                    r = row[c]
+                    f.write(f"| {c} | {r['rounds']} | {r['traced_calls_pct'].split()[0]} | "
+                            f"{r['decode_slowdown_pct']} {r['decode_slowdown_ci95']} |\n")
     with open(os.path.join(out_dir, "peers.md"), "w") as f:
         f.write("Table 7 — profilers side by side, each against its own untraced program in the same rounds\n\n")
         f.write("| profiler | program | what it records | threads with operator records | prefill slowdown % "
@@ -348,6 +422,10 @@ def main():
     p.add_argument("--ort-node-path", required=True, help="NODE_PATH with onnxruntime-node (scripts/ort.sh node-path)")
     p.add_argument("--profinfer", default="build/profinfer")
     p.add_argument("--out", required=True)
+    p.add_argument("--paired-tokens", type=int, default=256, help="decode tokens of the op-paired/full-paired runs")
+    p.add_argument("--paired-window", type=int, default=8, help="calls per window of the paired runs")
+    p.add_argument("--configs", help="comma-separated subset of " + ",".join(CONFIGS) + " (their baselines are "
+                   "added): runs.csv and summary.csv only, no dump_dot cost, fidelity or tables")
     p.add_argument("--tables-only", action="store_true",
                    help="no runs: rewrite the tables and the figure from OUT's runs.csv, dump_dot.csv, fidelity.json")
     args = p.parse_args()
@@ -361,6 +439,16 @@ def main():
             fidelity = json.load(f)
         write_outputs(rows, dot, fidelity, args)
         return
+    configs = CONFIGS
+    if args.configs:
+        wanted = set(args.configs.split(","))
+        unknown = wanted - set(CONFIGS)
+        if unknown:
+            sys.exit(f"profinfer: unknown configuration(s) {', '.join(sorted(unknown))}; known: {', '.join(CONFIGS)}")
+        wanted |= {BASELINE[c] for c in wanted if c in BASELINE}
+        if "bpftrace" not in wanted and any(BASELINE.get(c) == "none" for c in wanted):
+            wanted.add("bpftrace")  # the floor, for the ratio
+        configs = [c for c in CONFIGS if c in wanted]
     rows, dot = [], []
     with tempfile.TemporaryDirectory() as work:
         # Copies of our own programs: a rebuild during the run must not change (or remove)
@@ -370,19 +458,28 @@ def main():
             shutil.copy2(getattr(args, attr), copy)
             setattr(args, attr, copy)
         for r in range(1, args.rounds + 1):
-            for config in CONFIGS:
+            for config in configs:
                 pp, tg, cpu, extra = run_one(config, args, work)
                 rows.append({"round": r, "config": config, "prefill_tps": f"{pp:.3f}" if pp else "",
                              "decode_tps": f"{tg:.3f}", "cpu_s": f"{cpu:.3f}", **extra})
                 print(f"\rround {r}/{args.rounds} {config:12} {tg:7.2f} t/s {cpu:6.2f} s CPU   ", end="", file=sys.stderr)
-            dot.append(dump_dot_cost(args, work))
-        print("\rfidelity: profinfer --level op vs the eval callback" + " " * 20, file=sys.stderr)
-        fidelity = fidelity_run(args, work)
+            if not args.configs:
+                dot.append(dump_dot_cost(args, work))
+        if not args.configs:
+            print("\rfidelity: profinfer --level op vs the eval callback" + " " * 20, file=sys.stderr)
+            fidelity = fidelity_run(args, work)
     with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["round", "config", "prefill_tps", "decode_tps", "cpu_s", "traced_calls_pct",
-                                          "threads_profiled"])
+                                          "threads_profiled", "paired_window_pct"])
         w.writeheader()
         w.writerows(rows)
+    if args.configs:
+        print(file=sys.stderr)
+        for r in summarise(rows, args.out):
+            print(f"{r['config']:16} {r['median_decode_tps']:8.2f} t/s  decode {r['decode_slowdown_pct']} % "
+                  f"{r['decode_slowdown_ci95']}  prefill {r['prefill_slowdown_pct']} %  CPU {r['cpu_pct']} % "
+                  f"{r['cpu_ci95']}  x floor {r['x_floor']}")
+        return
     with open(os.path.join(args.out, "dump_dot.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(dot[0].keys()))
         w.writeheader()

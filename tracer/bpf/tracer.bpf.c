@@ -21,6 +21,16 @@ const volatile __u32 n_cpus = 1;
 const volatile bool capture_experts = false;
 const volatile bool trace_ops = false; /* operator probes may run (--level op or full) */
 const volatile bool emit_sched = false; /* sched records; sched_switch also runs for counters */
+/* Where an operator-level run's cost goes (PROFINFER_ABLATE, for the overhead study; the
+ * trace is incomplete): PI_ABLATE_TRAP, the node probes return at once (the traps alone);
+ * PI_ABLATE_SEND, they do all their work but send no op record (no consumer work). */
+const volatile __u32 ablate = 0;
+/* PROFINFER_ALTERNATE=W (the overhead study's paired measure): the operator probes stay in,
+ * and llama_decode calls alternate between W whose operators are recorded and W whose are
+ * not (the node probes trap and return: PI_TOKEN_OPS_OFF). Neighbouring calls of the same
+ * run then compare the operator level's work with the trap alone. 0: off. */
+const volatile __u32 alternate_calls = 0;
+__u64 decode_calls = 0;
 /* Written by user space once it knows the target's libraries (DWARF or built-in). */
 struct pi_layout layout = {};
 
@@ -133,8 +143,11 @@ int BPF_KPROBE(llama_decode_enter, void *lctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
 		return 0;
-	struct decode_entry e = { .start_ns = bpf_ktime_get_ns(), .n_tokens = -1, .ops = ops_enabled };
-	call_ops = ops_enabled;
+	bool ops = ops_enabled;
+	if (alternate_calls && (__sync_fetch_and_add(&decode_calls, 1) / alternate_calls) % 2)
+		ops = false;
+	struct decode_entry e = { .start_ns = bpf_ktime_get_ns(), .n_tokens = -1, .ops = ops };
+	call_ops = ops;
 #if defined(__TARGET_ARCH_x86)
 	const void *batch = (const void *)(PT_REGS_SP(ctx) + 8);
 #else
@@ -313,6 +326,8 @@ static __always_inline void flush_ops(struct thread_state *st)
 		return;
 	st->n_pending = 0;
 	count_pending(-(__s64)n);
+	if (ablate == PI_ABLATE_SEND)
+		return;
 	struct pi_op_event *ev = &st->batch;
 	fill_header_for(&ev->h, PI_EV_OP, sizeof(*ev), st->tgid, st->tid);
 	ev->n = n > PI_OP_BATCH ? PI_OP_BATCH : n;
@@ -623,6 +638,8 @@ static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, __u32 pos, 
 /* A thread begins node TENSOR (and FUSED, when one kernel computes two nodes). */
 static __always_inline void node_start(const void *params, const void *tensor, const void *fused)
 {
+	if (ablate == PI_ABLATE_TRAP)
+		return;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid) || !ops_enabled || !call_ops)
 		return;

@@ -30,11 +30,17 @@ namespace profinfer {
 //           recorder began and ended attaching or detaching), the excess of the calls that
 //           overlap it, median, times two. (The recorder's own wall time would overstate
 //           it: closing a uprobe waits ~0.1 s for a grace period the target does not.)
+//           Until a switch has been measured it is taken as kPriorSwitchCost: a run too
+//           short to repay a window's switches never opens one.
 // When c alone is within the budget it stops switching and traces every call.
 class BudgetController : public OperatorGate {
 public:
     static constexpr int kWindow = 4;           // traced calls per window
     static constexpr double kPriorCost = 0.10;  // assumed cost per traced call until measured
+    // Assumed cost of a window's two switches, in calls, until measured (attaching and
+    // detaching the operator probes rewrites the target's code pages: measured here
+    // RESULT_SWITCH calls' worth per switch, see results/host/overhead).
+    static constexpr double kPriorSwitchCost = 2.0;
     static constexpr size_t kHistory = 64;      // calls the cost medians look at
     static constexpr size_t kBaseWindow = 9;    // the last untraced calls base is the median of
     static constexpr int kAftermath = 4;        // calls after a window charged as its own
@@ -127,7 +133,7 @@ private:
     double window_cost() const { return std::max(kWindow * cost_ + switch_cost_, last_window_cost_); }
 
     double budget_;
-    double base_ns_ = 0, cost_ = kPriorCost, switch_cost_ = 0, credit_ = 0, last_window_cost_ = 0;
+    double base_ns_ = 0, cost_ = kPriorCost, switch_cost_ = kPriorSwitchCost, credit_ = 0, last_window_cost_ = 0;
     struct {
         bool open = false;
         double at_attach = 0, low = 0;

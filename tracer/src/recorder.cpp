@@ -394,6 +394,24 @@ private:
         bpf_map__set_max_entries(skel_->maps.thread_states,
                                  slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
         skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
+        if (const char* alt = std::getenv("PROFINFER_ALTERNATE")) {
+            const int w = std::atoi(alt);
+            if (w <= 0) throw Error(std::string("PROFINFER_ALTERNATE must be a number of calls, not '") + alt + "'");
+            if (gate_) throw Error("PROFINFER_ALTERNATE cannot be combined with --budget or --qos-min-tps");
+            skel_->rodata->alternate_calls = uint32_t(w);
+            set_meta("alternate_calls", std::to_string(w));
+        }
+        // The overhead study's ablations (experiments/overhead.py op-trap, op-nosend): the
+        // operator probes trap and return, or do everything but send. Not a trace.
+        if (const char* ablate = std::getenv("PROFINFER_ABLATE")) {
+            const std::string a = ablate;
+            if (a != "trap" && a != "send") throw Error("PROFINFER_ABLATE must be trap or send, not '" + a + "'");
+            skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : PI_ABLATE_SEND;
+            set_meta("ablate", a);
+            if (!opts_.quiet)
+                std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": operator records are "
+                          << (a == "trap" ? "not made" : "not sent") << " (a cost measurement, not a trace)\n";
+        }
         probes_ = std::make_unique<ProbeAttacher>(skel_, pid_, opts_.level, opts_.wait, *db_);
         const bool sched = opts_.level == TraceLevel::Full;
         skel_->rodata->emit_sched = sched;

@@ -66,9 +66,19 @@ TEST(BudgetController, PaysForWindowsThatLastLongerThanPlanned) {
     }
 }
 
+// A run of 48 calls whose switches each cost a whole call: one window (two switches) would
+// cost 2 calls, more than 48 calls of any budget here earn; no window may open.
+TEST(BudgetController, AShortRunNeverOpensAWindowItCannotPayFor) {
+    for (double budget_pct : {0.5, 1.0, 2.0}) {
+        BudgetController b(budget_pct);
+        Outcome o = simulate(b, 48, 0.08, 1.0);
+        EXPECT_LE(o.overhead, budget_pct / 100 * 1.1) << budget_pct;
+    }
+}
+
 TEST(BudgetController, TracesEveryCallWhenTheCostFits) {
     BudgetController b(5.0);
-    Outcome o = simulate(b, 400, 0.02, 0.05);
+    Outcome o = simulate(b, 1000, 0.02, 0.05);
     EXPECT_TRUE(b.tracing_every_call());
     EXPECT_GT(o.traced_share, 0.9);
 }

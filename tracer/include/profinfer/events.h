@@ -18,6 +18,8 @@
 #define PI_MAX_EXPERT_IDS 64
 #define PI_COMM_LEN 16
 #define PI_WAIT_RANGES 32 /* code ranges where a sampled thread counts as waiting */
+enum pi_ablate { PI_ABLATE_NONE = 0, PI_ABLATE_TRAP = 1, PI_ABLATE_SEND = 2 };
+
 #define PI_OP_BATCH 16  /* node records per PI_EV_OP record (one ring-buffer reservation) */
 
 enum pi_event_kind {
