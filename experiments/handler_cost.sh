@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What each BPF handler costs per hit, measured by the kernel (kernel.bpf_stats_enabled:
 # run_cnt and run_time_ns per program, the handler alone, without the uprobe trap).
-#   experiments/handler_cost.sh LEVEL [TOKENS] [MODEL] [THREADS] [PROFINFER]
+#   [RECORD_ARGS="--counters …"] experiments/handler_cost.sh LEVEL [TOKENS] [MODEL] [THREADS] [PROFINFER]
 # Prints one line per program: name, hits, mean ns per hit, total ms, and hits per token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ BENCH=$(scripts/llama.sh program debug llama-bench)
 [[ -f $MODEL ]] || { mkdir -p "$(dirname "$MODEL")"; build/profinfer model synth --card llama3.2-1b --type q4_0 -o "$MODEL" 2>/dev/null; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; sysctl -qw kernel.bpf_stats_enabled=0' EXIT
 sysctl -qw kernel.bpf_stats_enabled=1
-"$PROFINFER" record -q --level "$LEVEL" -o "$tmp/run.db" -- "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r 1 \
+"$PROFINFER" record -q --level "$LEVEL" ${RECORD_ARGS:-} -o "$tmp/run.db" -- "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r 1 \
   >/dev/null 2>&1 &
 rec=$!
 # The programs go when the recorder exits: keep the last reading of each.

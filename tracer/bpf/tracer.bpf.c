@@ -17,6 +17,7 @@ const volatile __u32 target_tgid = 0;
  * attach to a just-loaded library before any of its code runs. */
 const volatile bool stop_on_library_load = false;
 const volatile __u32 n_counters = 0; /* perf counters per CPU in `counters` */
+const volatile __u32 counter_source[PI_MAX_COUNTERS] = {}; /* pi_counter_source of each */
 const volatile __u32 n_cpus = 1;
 const volatile bool capture_experts = false;
 const volatile bool trace_ops = false; /* operator probes may run (--level op or full) */
@@ -287,6 +288,14 @@ static __always_inline void read_counters(__u64 *out)
 	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
 		if (c >= n_counters)
 			break;
+		if (counter_source[c] == PI_COUNTER_TASK_MAJ_FLT) {
+			out[c] = bpf_get_current_task_btf()->maj_flt;
+			continue;
+		}
+		if (counter_source[c] == PI_COUNTER_TASK_MIN_FLT) {
+			out[c] = bpf_get_current_task_btf()->min_flt;
+			continue;
+		}
 		struct bpf_perf_event_value v = {};
 		if (bpf_perf_event_read_value(&counters, c * n_cpus + cpu, &v, sizeof(v)) != 0) {
 			out[c] = ~0ULL;
@@ -337,8 +346,10 @@ static __always_inline void flush_ops(struct thread_state *st)
 		__sync_fetch_and_add(&lost_events[PI_EV_OP], n);
 }
 
-/* Ends the thread's current node at NOW: one entry of its next op record. */
-static __always_inline void end_op(struct thread_state *st, __u64 now)
+/* Ends the thread's current node at NOW: one entry of its next op record. NOW_COUNTERS: the
+ * counters read on the thread's own CPU at NOW by the caller (the next node's start reads
+ * them once for both), or 0 to read them here. */
+static __always_inline void end_op_with(struct thread_state *st, __u64 now, const __u64 *read)
 {
 	st->active = 0;
 	struct pi_op_entry *e = &st->batch.ops[st->n_pending & (PI_OP_BATCH - 1)];
@@ -360,8 +371,12 @@ static __always_inline void end_op(struct thread_state *st, __u64 now)
 	 * a node without a barrier can only be counted by its own thread. */
 	__u64 now_counters[PI_MAX_COUNTERS] = {};
 	bool own = st->tid == (__u32)bpf_get_current_pid_tgid();
-	if (n_counters && !st->barriers && own)
+	if (read) {
+		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+			now_counters[c] = read[c];
+	} else if (n_counters && !st->barriers && own) {
 		read_counters(now_counters);
+	}
 	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
 		if (c >= n_counters)
 			e->counters[c] = ~0ULL;
@@ -375,6 +390,11 @@ static __always_inline void end_op(struct thread_state *st, __u64 now)
 	count_pending(1);
 	if (++st->n_pending >= PI_OP_BATCH)
 		flush_ops(st);
+}
+
+static __always_inline void end_op(struct thread_state *st, __u64 now)
+{
+	end_op_with(st, now, 0);
 }
 
 struct flush_ctx {
@@ -660,8 +680,12 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 		st->tid = tid;
 		st->tgid = pid_tgid >> 32;
 	}
+	/* One reading of the counters ends the last node and begins this one. */
+	__u64 counters_now[PI_MAX_COUNTERS] = {};
+	if (n_counters)
+		read_counters(counters_now);
 	if (st->active)
-		end_op(st, now);
+		end_op_with(st, now, n_counters ? counters_now : 0);
 	st->start_ns = now;
 	st->last_barrier_ns = 0;
 	st->barriers = 0;
@@ -681,9 +705,10 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 	st->wait_samples = 0;
 	st->barrier_state_samples = 0;
 	if (n_counters) {
-		read_counters(st->counters);
-		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
+		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
+			st->counters[c] = counters_now[c];
 			st->acc[c] = 0;
+		}
 	}
 	st->active = 1;
 	if (st->ith == 0) {
@@ -808,14 +833,15 @@ static __always_inline void account_switch(__u32 prev_tid, bool prev_ours, __u32
 	__u64 now[PI_MAX_COUNTERS] = {};
 	read_counters(now);
 	struct thread_state *st;
+	/* A thread's own counts (task_struct) follow it by themselves: per-CPU ones only. */
 	if (prev_ours && (st = bpf_map_lookup_elem(&thread_states, &prev_tid)) && st->active) {
 		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
-			if (c < n_counters && now[c] != ~0ULL && st->counters[c] != ~0ULL)
+			if (c < n_counters && counter_source[c] == PI_COUNTER_PERF && now[c] != ~0ULL && st->counters[c] != ~0ULL)
 				st->acc[c] += now[c] - st->counters[c];
 	}
 	if (next_ours && (st = bpf_map_lookup_elem(&thread_states, &next_tid)) && st->active) {
 		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
-			if (c < n_counters)
+			if (c < n_counters && counter_source[c] == PI_COUNTER_PERF)
 				st->counters[c] = now[c];
 	}
 }

@@ -23,6 +23,7 @@ struct task_struct {
 	int pid;
 	int tgid;
 	char comm[16];
+	unsigned long min_flt, maj_flt;
 };
 
 struct bpf_map; /* bpf_for_each_map_elem's callbacks take it */

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/events.h"
 #include "profinfer/events.h"
 
 namespace profinfer {
@@ -100,7 +102,16 @@ PerCpuCounters::PerCpuCounters(const std::vector<std::string>& names, int n_cpus
     for (const auto& n : names) {
         CounterSpec c;
         c.name = n;
-        if (resolve_counter(c)) {
+        const bool perf_faults = std::getenv("PROFINFER_PERF_FAULTS") != nullptr;
+        if (!perf_faults && (n == "major-faults" || n == "minor-faults") && resolve_counter(c)) {
+            if (active().size() >= PI_MAX_COUNTERS) {
+                c.reason = "more than " + std::to_string(PI_MAX_COUNTERS) + " counters requested";
+            } else {
+                c.available = true;
+                c.source = n == "major-faults" ? PI_COUNTER_TASK_MAJ_FLT : PI_COUNTER_TASK_MIN_FLT;
+                fds_.insert(fds_.end(), size_t(n_cpus), -1);
+            }
+        } else if (resolve_counter(c)) {
             std::vector<int> fds;
             for (int cpu = 0; cpu < n_cpus; ++cpu) {
                 int fd = open_on_cpu(c, cpu);

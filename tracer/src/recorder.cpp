@@ -386,6 +386,8 @@ private:
         skel_->rodata->n_cpus = std::max(n_cpus_, 1);
         const size_t n_active = counters_ ? counters_->active().size() : 0;
         skel_->rodata->n_counters = n_active;
+        for (size_t c = 0; c < n_active && c < PI_MAX_COUNTERS; ++c)
+            skel_->rodata->counter_source[c] = counters_->active()[c]->source;
         bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
         bpf_map__set_max_entries(skel_->maps.events, opts_.buffer_kb << 10);
         // Threads with a node under way at once (slots are freed when a thread exits): four
@@ -439,6 +441,7 @@ private:
             for (int cpu = 0; cpu < n_cpus_; ++cpu) {
                 uint32_t key = c * n_cpus_ + cpu;
                 int fd = counters_->fd(c, cpu);
+                if (fd < 0) continue;  // read from the thread's task_struct
                 if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
                     throw_errno("installing counter " + counters_->active()[c]->name);
             }

@@ -18,6 +18,10 @@
 #define PI_MAX_EXPERT_IDS 64
 #define PI_COMM_LEN 16
 #define PI_WAIT_RANGES 32 /* code ranges where a sampled thread counts as waiting */
+/* Where a counter's value comes from: a per-CPU perf event, or the running thread's own
+ * task_struct (its fault counts: exact per thread, a plain load instead of a perf read). */
+enum pi_counter_source { PI_COUNTER_PERF = 0, PI_COUNTER_TASK_MAJ_FLT = 1, PI_COUNTER_TASK_MIN_FLT = 2 };
+
 enum pi_ablate { PI_ABLATE_NONE = 0, PI_ABLATE_TRAP = 1, PI_ABLATE_SEND = 2 };
 
 #define PI_OP_BATCH 16  /* node records per PI_EV_OP record (one ring-buffer reservation) */
