@@ -14,6 +14,9 @@ all alike), each against the untraced baseline of its own program in the same ro
     op-paired, full-paired               --level op / full with PROFINFER_ALTERNATE=W: windows of W
                                          recorded calls against their neighbouring windows of W calls
                                          whose node probes only trap (per window, pooled over rounds)
+    op-, trap-, full-detach-paired       the same against windows with the operator probes out
+                                         (PROFINFER_ALTERNATE=W:detach): op's whole cost, its traps'
+                                         (PROFINFER_ABLATE=trap), full's node probes'
     bpftrace                             bpftrace counting hits of the same node hooks per
                                          thread: what uprobes on them cost at least (the floor)
   evalcb_peer (N decode tokens), baseline `peer-none`:
@@ -41,7 +44,12 @@ ABLATIONS = ["op-trap", "op-nosend"]
 # probes trap and return; each recorded window's median call against its two neighbours'.
 # Neighbouring calls share the machine's state, so this resolves what separate runs on a
 # shared machine cannot (their rounds differ by several %).
-PAIRED = ["op-paired", "full-paired"]
+# With :detach the other windows have the operator probes out (attached and detached by the
+# recorder, the calls a switch overlaps left out): op-detach-paired is the operator level's
+# whole cost, trap-detach-paired (PROFINFER_ABLATE=trap) its traps' alone, full-detach-paired
+# the full level's node probes (counters, sampling state) — its scheduler and sampling
+# programs stay in during both kinds of window.
+PAIRED = ["op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired"]
 BASELINE = {c: "none" for c in LEVELS + BUDGETS + ABLATIONS + ["bpftrace", "bpftrace-stream"]}
 BASELINE.update({"evalcb": "peer-none", "ort-profile": "ort"})
 CONFIGS = ["none"] + LEVELS + ABLATIONS + PAIRED + ["bpftrace", "bpftrace-stream"] + BUDGETS + ["peer-none", "evalcb", "ort", "ort-profile"]
@@ -74,19 +82,28 @@ def fresh_db(work):
     return db
 
 
+# Detaching the probes restores the target's code pages: its threads refault them, and calls
+# are slowed for a while after the switch has ended (seen here: 30-40 ms calls among 23 ms
+# ones for ~10 calls after a detach). Calls up to this long after a switch are left out.
+SWITCH_AFTERMATH_NS = 300_000_000
+
+
 def paired_windows(db, skip=1):
     """PROFINFER_ALTERNATE run: per recorded window, its median decode call over the mean of
     its two neighbouring windows' medians, minus 1, in %; the first SKIP calls of each window
-    are left out (the switch falls there)."""
+    are left out (the switch falls there), and so is every call a probe switch may overlap."""
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT t.end_ns - t.start_ns, t.n_tokens, u.token_id IS NOT NULL FROM tokens t "
+    rows = con.execute("SELECT t.start_ns, t.end_ns, t.n_tokens, u.token_id IS NOT NULL FROM tokens t "
                        "LEFT JOIN ops_untraced u ON u.token_id = t.id ORDER BY t.start_ns").fetchall()
+    switches = con.execute("SELECT start_ns, ts_ns FROM qos_events").fetchall()
     con.close()
     windows = []
-    for d, n, off in rows:
+    for start, end, n, off in rows:
         if not windows or windows[-1][0] != off:
             windows.append((off, []))
-        windows[-1][1].append((d, n))
+        if any(start < ts + SWITCH_AFTERMATH_NS and end > s0 for s0, ts in switches):
+            n = 0  # kept in its window (the windows' edges), left out of its median
+        windows[-1][1].append((end - start, n))
     def med(w):
         v = [d for d, n in w[1][skip:] if n == 1]
         return statistics.median(v) if v else None
@@ -130,8 +147,11 @@ def run_one(config, args, work):
     elif config == "none":
         cmd = bench
     elif config in PAIRED:
-        env["PROFINFER_ALTERNATE"] = str(args.paired_window)
-        cmd = [args.profinfer, "record", "-q", "--level", config.split("-")[0], "-o", fresh_db(work), "--", args.bench,
+        env["PROFINFER_ALTERNATE"] = f"{args.detach_window}:detach" if "detach" in config else str(args.paired_window)
+        if config.startswith("trap"):
+            env["PROFINFER_ABLATE"] = "trap"
+        cmd = [args.profinfer, "record", "-q", "--level", "full" if config.startswith("full") else "op", "-o",
+               fresh_db(work), "--", args.bench,
                "-m", args.model, "-t", str(args.threads), "-p", "0", "-n", str(args.paired_tokens), "-r", "1", "-o", "csv"]
     elif config in LEVELS or config in BUDGETS or config in ABLATIONS:
         if config in ABLATIONS:
@@ -244,7 +264,7 @@ def summarise(rows, out_dir):
                         "prefill_slowdown_pct": p, "prefill_slowdown_ci95": p_ci,
                         "cpu_pct": c, "cpu_ci95": c_ci,
                         "traced_calls_pct": round(statistics.median(traced), 1) if traced else ""})
-    floor = next(r["decode_slowdown_pct"] for r in summary if r["config"] == "bpftrace")
+    floor = next((r["decode_slowdown_pct"] for r in summary if r["config"] == "bpftrace"), None)
     for row in summary:
         row["x_floor"] = (round(row["decode_slowdown_pct"] / floor, 2)
                           if isinstance(floor, float) and floor > 0 and row["config"] in BASELINE
@@ -422,8 +442,10 @@ def main():
     p.add_argument("--ort-node-path", required=True, help="NODE_PATH with onnxruntime-node (scripts/ort.sh node-path)")
     p.add_argument("--profinfer", default="build/profinfer")
     p.add_argument("--out", required=True)
-    p.add_argument("--paired-tokens", type=int, default=256, help="decode tokens of the op-paired/full-paired runs")
-    p.add_argument("--paired-window", type=int, default=8, help="calls per window of the paired runs")
+    p.add_argument("--paired-tokens", type=int, default=384, help="decode tokens of the paired runs")
+    p.add_argument("--paired-window", type=int, default=8, help="calls per window of op-paired and full-paired")
+    p.add_argument("--detach-window", type=int, default=32,
+                   help="calls per window of the *-detach-paired runs (a switch and its aftermath take ~25 calls here)")
     p.add_argument("--configs", help="comma-separated subset of " + ",".join(CONFIGS) + " (their baselines are "
                    "added): runs.csv and summary.csv only, no dump_dot cost, fidelity or tables")
     p.add_argument("--tables-only", action="store_true",

@@ -9,7 +9,7 @@ packages=(
   libsqlite3-dev sqlite3
   libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   gnuplot-nox libgnuplot-iostream-dev libboost-iostreams-dev libboost-system-dev libboost-filesystem-dev
-  libpfm4-dev graphviz
+  libpfm4-dev libcapstone-dev graphviz
   libgtest-dev libgmock-dev libbenchmark-dev
   bc bsdextrautils fonts-dejavu-core
   python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)

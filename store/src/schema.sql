@@ -176,7 +176,8 @@ CREATE TABLE gpu_events (
 );
 -- What the operator gate (--qos-min-tps, --budget) did: detach or attach the operator probes.
 CREATE TABLE qos_events (
-  ts_ns  INTEGER NOT NULL,
+  ts_ns  INTEGER NOT NULL,  -- the switch took effect (the probes all in, or all out)
+  start_ns INTEGER,         -- the recorder began it (NULL in traces before this column)
   action TEXT NOT NULL,
   tokens_per_s REAL
 );

@@ -15,11 +15,11 @@ using namespace profinfer::test;
 
 namespace {
 
-fs::path record_full(const TempDir& d, const std::vector<std::string>& wait) {
+fs::path record_full(const TempDir& d, const std::vector<std::string>& wait, const std::string& tokens = "400") {
     std::vector<std::string> argv{profinfer_bin(), "record", "--level", "full", "-o", d / "run.db"};
     argv.insert(argv.end(), wait.begin(), wait.end());
     for (const std::string& a : {std::string("--"), graph_dump_bin().string(), tiny_model("llama3.2-1b").string(),
-                                 std::string("Hello world"), std::string("400"), std::string("2"), std::string("--no-callback")})
+                                 std::string("Hello world"), tokens, std::string("2"), std::string("--no-callback")})
         argv.push_back(a);
     auto r = run(argv);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -69,7 +69,9 @@ TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
 TEST(RecordWait, SampledSplitAgreesWithTheBarrierProbesOnTheSameSamples) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    const fs::path db_path = record_full(d, {"--wait", "both", "--sample-hz", "4000"});
+    // Long enough for a few hundred samples in one-barrier parts: with the barrier probe on an
+    // instruction the kernel emulates (probe_site.h) 400 tokens take under a second.
+    const fs::path db_path = record_full(d, {"--wait", "both", "--sample-hz", "4000"}, "1500");
     store::Database db(db_path, store::Database::Mode::ReadOnly);
     EXPECT_EQ(db.meta()["wait_method"], "both");
     store::Statement st(db.handle(),

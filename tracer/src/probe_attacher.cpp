@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "elf_symbols.h"
+#include "probe_site.h"
 #include "profinfer/error.h"
 #include "tracer_bpf.skel.h"
 
@@ -44,27 +45,33 @@ struct Probe {
     Group group;
     bool required;  // recording at this level is impossible without it
     OpStrategy only_for = OpStrategy::None;  // operator probes belong to one strategy (None: all)
+    uint32_t reads = kReadsStack;  // what its entry handler reads (probe_site.h): where it may go
 };
 
 #define PROG(name) [](tracer_bpf* s) { return s->progs.name; }
 const Probe kProbes[] = {
     {"llama_decode", LibRole::Llama, false, PROG(llama_decode_enter), Group::Token, true},
     {"llama_decode", LibRole::Llama, true, PROG(llama_decode_exit), Group::Token, true},
-    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true},
+    {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true,
+     OpStrategy::None, kReadsArg1 | kReadsArg2},
     {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
-    {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true},
+    {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true, OpStrategy::None,
+     kReadsArg1},
     {"ggml_graph_compute", LibRole::GgmlCpu, true, PROG(cpu_graph_exit), Group::Graph, true},
-    {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward},
+    {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward,
+     kReadsArg1 | kReadsArg2},
     {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,
-     OpStrategy::NodeHooks},
-    {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false},
-    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true},
+     OpStrategy::NodeHooks, kReadsArg1 | kReadsArg2},
+    {"ggml_compute_forward_rms_norm_mul_fused", LibRole::GgmlCpu, false, PROG(rms_norm_mul_fused), Group::Op, false,
+     OpStrategy::None, kReadsArg1 | kReadsArg2 | kReadsArg3},
+    {"ggml_barrier", LibRole::GgmlCpu, false, PROG(barrier_enter), Group::Wait, true, OpStrategy::None, kReadsNothing},
     // ggml-vulkan's host side (docs/recording.md): a node's dispatch at --level op, the
     // submits and fence waits at --level graph. Static functions: optional.
 #define VK_BUILD_GRAPH                                                                           \
     "_ZL19ggml_vk_build_graphP23ggml_backend_vk_contextP11ggml_cgraphiP11ggml_tensoribbb.isra.0|" \
     "_ZL19ggml_vk_build_graphP23ggml_backend_vk_contextP11ggml_cgraphiP11ggml_tensoribbb"
-    {VK_BUILD_GRAPH, LibRole::GgmlVulkan, false, PROG(vk_build_graph_enter), Group::Op, false},
+    {VK_BUILD_GRAPH, LibRole::GgmlVulkan, false, PROG(vk_build_graph_enter), Group::Op, false, OpStrategy::None,
+     kReadsArg1 | kReadsArg2 | kReadsArg3},
     {VK_BUILD_GRAPH, LibRole::GgmlVulkan, true, PROG(vk_build_graph_exit), Group::Op, false},
 #undef VK_BUILD_GRAPH
     {"_ZL14ggml_vk_submitRSt10shared_ptrI17vk_context_structEN2vk5FenceE", LibRole::GgmlVulkan, false,
@@ -164,7 +171,10 @@ void ProbeAttacher::attach_tracepoint(bpf_program* prog, const char* name) {
 
 // OFFSET: the function's file offset when we know it (ElfSymbols); 0 lets libbpf
 // resolve SYMBOL itself.
-bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret, uint64_t offset) {
+// SIZE and READS: the function's size and what the entry handler reads (probe_site.h).
+bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, const char* symbol, bool ret, uint64_t offset,
+                                       uint64_t size, uint32_t reads) {
+    if (!ret) offset = entry_probe_offset(lib, offset, size, reads);
     LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
     return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), offset, &uo);
 }
@@ -278,7 +288,8 @@ void ProbeAttacher::attach_new_libraries() {
                 continue;
             }
             if (is_op_group(p.group) && !ops_attached_) continue;  // QoS has them off: attach later
-            bpf_link* l = attach_uprobe(p.program(skel_), lib.path, symbol.c_str(), p.retprobe, sym.file_offset(symbol));
+            bpf_link* l = attach_uprobe(p.program(skel_), lib.path, symbol.c_str(), p.retprobe, sym.file_offset(symbol),
+                                         sym.function_size(symbol), p.reads);
             record_probe(symbol, lib.path, kind, l != nullptr, l ? "" : std::strerror(errno));
             if (!l) {
                 fatal.push_back("attaching " + symbol + " failed: " + std::strerror(errno));
@@ -346,7 +357,8 @@ void ProbeAttacher::set_ops_attached(bool on) {
                 if (p.only_for != OpStrategy::None && p.only_for != strategy) continue;
                 const std::string symbol = resolve(*sym, p.symbol);
                 if (symbol.empty()) continue;
-                if (bpf_link* l = attach_uprobe(p.program(skel_), lib, symbol.c_str(), p.retprobe, sym->file_offset(symbol)))
+                if (bpf_link* l = attach_uprobe(p.program(skel_), lib, symbol.c_str(), p.retprobe, sym->file_offset(symbol),
+                                              sym->function_size(symbol), p.reads))
                     attached_.push_back({l, &p, lib});
             }
         ++skel_->bss->ops_epoch;  // a graph that saw them off describes its nodes again

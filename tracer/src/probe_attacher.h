@@ -59,7 +59,7 @@ private:
     struct Attached;
     struct OpLibrary;
     bpf_link* attach_uprobe(bpf_program* prog, const std::filesystem::path& lib, const char* symbol, bool ret,
-                            uint64_t offset);
+                            uint64_t offset, uint64_t size = 0, uint32_t reads = 8 /* kReadsStack */);
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
                       const std::string& reason);
     void update_layout();

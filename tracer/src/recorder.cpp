@@ -27,6 +27,7 @@
 #include "launcher.h"
 #include "memory_cgroup.h"
 #include "probe_attacher.h"
+#include "alternating_gate.h"
 #include "budget_controller.h"
 #include "qos_controller.h"
 #include "profinfer/error.h"
@@ -396,12 +397,22 @@ private:
         bpf_map__set_max_entries(skel_->maps.thread_states,
                                  slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
         skel_->rodata->wakeup_bytes = (opts_.buffer_kb << 10) / 8;
+        // PROFINFER_ALTERNATE=W: windows of W calls recorded and W whose node probes trap and
+        // return (the BPF side counts the calls); W:detach: W with the operator probes in and
+        // W with them out (the recorder attaches and detaches them).
         if (const char* alt = std::getenv("PROFINFER_ALTERNATE")) {
+            const std::string a = alt;
             const int w = std::atoi(alt);
-            if (w <= 0) throw Error(std::string("PROFINFER_ALTERNATE must be a number of calls, not '") + alt + "'");
+            const bool detach = a.size() > 7 && a.substr(a.size() - 7) == ":detach";
+            if (w <= 0 || (!detach && a != std::to_string(w)))
+                throw Error("PROFINFER_ALTERNATE must be W or W:detach (W calls per window), not '" + a + "'");
             if (gate_) throw Error("PROFINFER_ALTERNATE cannot be combined with --budget or --qos-min-tps");
-            skel_->rodata->alternate_calls = uint32_t(w);
-            set_meta("alternate_calls", std::to_string(w));
+            if (opts_.level < TraceLevel::Op) throw Error("PROFINFER_ALTERNATE needs --level op or full");
+            if (detach)
+                gate_ = std::make_unique<AlternatingGate>(w);
+            else
+                skel_->rodata->alternate_calls = uint32_t(w);
+            set_meta("alternate_calls", a);
         }
         // The overhead study's ablations (experiments/overhead.py op-trap, op-nosend): the
         // operator probes trap and return, or do everything but send. Not a trace.
@@ -511,9 +522,10 @@ private:
         probes_->set_ops_attached(action == OperatorGate::Action::Attach);
         const int64_t ts = monotonic_ns();  // when it took effect
         if (budget_) budget_->note_switch(uint64_t(switch_start), uint64_t(ts));
-        store::Statement st(db_->handle(), "INSERT INTO qos_events(ts_ns, action, tokens_per_s) VALUES (?, ?, ?)");
+        store::Statement st(db_->handle(),
+                            "INSERT INTO qos_events(ts_ns, action, tokens_per_s, start_ns) VALUES (?, ?, ?, ?)");
         st.bind(1, ts).bind(2, std::string(action == OperatorGate::Action::Attach ? "attach" : "detach"));
-        st.bind(3, gate_->tps()).run();
+        st.bind(3, gate_->tps()).bind(4, switch_start).run();
         write_budget_meta();
     }
 
