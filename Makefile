@@ -42,11 +42,13 @@ test-sanitized: deps llama
 	@cd build-sanitized && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j1
 
-# Micro-benchmarks: the consumer + store writer in records/s, the analysis in operators/s
+# Micro-benchmarks: the consumer + store writer in records/s, the analysis in operators/s, what
+# one operator probe hit costs (root: it attaches the recorder's own BPF program)
 # (CPU time beside wall time; medians and spread over 5 repetitions).
 bench: build
 	@$(BUILD)/tracer/trace_writer_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	@$(BUILD)/analysis/analysis_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	@$(BUILD)/tracer/probe_cost_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 reproduce: build llama
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)

@@ -117,6 +117,28 @@ def paired_windows(db, skip=1):
     return out
 
 
+def achieved_overhead(db, half=32):
+    """--budget run: what tracing cost the run's decode, measured on the run itself: the sum
+    of its decode calls over the sum of what each would have taken untraced (the mean of the
+    untraced calls no switch touched among the 2 HALF calls around it: decode slows as the
+    context grows, and the machine drifts; a mean, as the sum it stands for has the calls'
+    slow outliers too), minus 1, in %."""
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT t.start_ns, t.end_ns, u.token_id IS NOT NULL FROM tokens t LEFT JOIN ops_untraced u "
+                       "ON u.token_id = t.id WHERE t.n_tokens = 1 ORDER BY t.start_ns").fetchall()
+    switches = con.execute("SELECT coalesce(start_ns, ts_ns), ts_ns FROM qos_events").fetchall()
+    con.close()
+    clean = [off and not any(start < ts + SWITCH_AFTERMATH_NS and end > s0 for s0, ts in switches)
+             for start, end, off in rows]
+    spent = base = 0.0
+    for i, (start, end, _) in enumerate(rows):
+        near = [rows[j][1] - rows[j][0] for j in range(max(0, i - half), min(len(rows), i + half + 1)) if clean[j]]
+        if near:
+            spent += end - start
+            base += statistics.fmean(near)
+    return 100 * (spent / base - 1) if base else float("nan")
+
+
 def run_one(config, args, work):
     """Returns (prefill t/s or None, decode t/s, CPU seconds, extra dict)."""
     out = os.path.join(work, "out.txt")
@@ -163,7 +185,11 @@ def run_one(config, args, work):
             level = ["--level", "op", "--budget", config.split("-", 1)[1]]
         else:
             level = ["--level", config]
-        cmd = [args.profinfer, "record", "-q"] + level + ["-o", fresh_db(work), "--"] + bench
+        # A budget earns its windows as the run goes: long runs (the window's switches
+        # alone cost ~2 calls, which 48 calls of a 2 % budget do not repay).
+        run = bench if config not in BUDGETS else [args.bench, "-m", args.model, "-t", str(args.threads), "-p", "0",
+                                                   "-n", str(args.budget_tokens), "-r", "1", "-o", "csv"]
+        cmd = [args.profinfer, "record", "-q"] + level + ["-o", fresh_db(work), "--"] + run
     elif config in ("peer-none", "evalcb"):
         kind = "peer"
         cmd = peer + ["--mode", "none" if config == "peer-none" else "callback"]
@@ -195,6 +221,7 @@ def run_one(config, args, work):
             n, untraced = con.execute("SELECT count(*), (SELECT count(*) FROM ops_untraced) FROM tokens").fetchone()
             extra["traced_calls_pct"] = round(100.0 * (n - untraced) / max(1, n), 1)
             con.close()
+            extra["achieved_pct"] = f"{achieved_overhead(os.path.join(work, 'run.db')):.3f}"
         return pp, tg, cpu, extra
     j = json_line(out)
     if kind == "ort":
@@ -245,6 +272,16 @@ def summarise(rows, out_dir):
                             "prefill_slowdown_ci95": "", "cpu_pct": "", "cpu_ci95": "",
                             "traced_calls_pct": f"{len(pooled)} windows"})
             continue
+        if config in BUDGETS:
+            achieved = [float(r["achieved_pct"]) for r in mine if r.get("achieved_pct") not in (None, "", "nan")]
+            a, a_ci = fmt_ci(achieved)
+            traced = [float(r["traced_calls_pct"]) for r in mine if r.get("traced_calls_pct") not in (None, "")]
+            summary.append({"config": config, "baseline": "the run's own untraced calls", "rounds": len(mine),
+                            "median_decode_tps": round(statistics.median(float(r["decode_tps"]) for r in mine), 3),
+                            "decode_slowdown_pct": a, "decode_slowdown_ci95": a_ci, "prefill_slowdown_pct": "",
+                            "prefill_slowdown_ci95": "", "cpu_pct": "", "cpu_ci95": "",
+                            "traced_calls_pct": round(statistics.median(traced), 1) if traced else ""})
+            continue
         base_of = BASELINE.get(config, config)
         slow, cpu, pslow = [], [], []
         for runs in by_round.values():
@@ -267,7 +304,7 @@ def summarise(rows, out_dir):
     floor = next((r["decode_slowdown_pct"] for r in summary if r["config"] == "bpftrace"), None)
     for row in summary:
         row["x_floor"] = (round(row["decode_slowdown_pct"] / floor, 2)
-                          if isinstance(floor, float) and floor > 0 and row["config"] in BASELINE
+                          if isinstance(floor, float) and floor > 0 and row["config"] in BASELINE and row["config"] not in BUDGETS
                           and BASELINE[row["config"]] == "none" else "")
     with open(os.path.join(out_dir, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))
@@ -284,6 +321,9 @@ def write_tables(summary, dot, fidelity, threads_profiled, args, out_dir):
                 "(median, 95 % CI) | CPU time % (median, 95 % CI) | × bpftrace floor | decode calls traced % |\n")
         f.write("|---|---|---|---|---|---|---|---|\n")
         for c in ["none"] + LEVELS + ABLATIONS + ["bpftrace", "bpftrace-stream"] + BUDGETS:
+            if c == BUDGETS[0] and c in row:
+                f.write(f"| *--budget runs: llama-bench -p 0 -n {args.budget_tokens}; slowdown = what tracing cost the "
+                        "run's decode against its own untraced calls no switch touched (local medians)* |||||||| \n")
             if c not in row:
                 continue  # a configuration added after these runs
             r = row[c]
@@ -446,6 +486,8 @@ def main():
     p.add_argument("--paired-window", type=int, default=8, help="calls per window of op-paired and full-paired")
     p.add_argument("--detach-window", type=int, default=32,
                    help="calls per window of the *-detach-paired runs (a switch and its aftermath take ~25 calls here)")
+    p.add_argument("--budget-tokens", type=int, default=512, help="decode tokens of the --budget runs")
+    p.add_argument("--budget-rounds", type=int, default=6, help="rounds with --budget runs (the first ones)")
     p.add_argument("--configs", help="comma-separated subset of " + ",".join(CONFIGS) + " (their baselines are "
                    "added): runs.csv and summary.csv only, no dump_dot cost, fidelity or tables")
     p.add_argument("--tables-only", action="store_true",
@@ -481,6 +523,8 @@ def main():
             setattr(args, attr, copy)
         for r in range(1, args.rounds + 1):
             for config in configs:
+                if config in BUDGETS and r > args.budget_rounds:
+                    continue
                 pp, tg, cpu, extra = run_one(config, args, work)
                 rows.append({"round": r, "config": config, "prefill_tps": f"{pp:.3f}" if pp else "",
                              "decode_tps": f"{tg:.3f}", "cpu_s": f"{cpu:.3f}", **extra})
@@ -492,7 +536,7 @@ def main():
             fidelity = fidelity_run(args, work)
     with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["round", "config", "prefill_tps", "decode_tps", "cpu_s", "traced_calls_pct",
-                                          "threads_profiled", "paired_window_pct"])
+                                          "threads_profiled", "paired_window_pct", "achieved_pct"])
         w.writeheader()
         w.writerows(rows)
     if args.configs:

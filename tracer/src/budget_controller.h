@@ -37,9 +37,10 @@ class BudgetController : public OperatorGate {
 public:
     static constexpr int kWindow = 4;           // traced calls per window
     static constexpr double kPriorCost = 0.10;  // assumed cost per traced call until measured
-    // Assumed cost of a window's two switches, in calls, until measured (attaching and
-    // detaching the operator probes rewrites the target's code pages: measured here
-    // RESULT_SWITCH calls' worth per switch, see results/host/overhead).
+    // Assumed cost of a window's two switches, in calls, until measured. Attaching and
+    // detaching the operator probes rewrites the target's code pages, and a detach takes
+    // ~0.3 s during which calls run up to 1.7× slower: measured here 1.0–2.3 calls' worth
+    // per window (meta budget_switch_cost_pct, tiny and 1B models).
     static constexpr double kPriorSwitchCost = 2.0;
     static constexpr size_t kHistory = 64;      // calls the cost medians look at
     static constexpr size_t kBaseWindow = 9;    // the last untraced calls base is the median of
