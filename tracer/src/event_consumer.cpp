@@ -43,7 +43,12 @@ int EventConsumer::handle(const void* data, size_t size) {
             // traced, ended "tracing every call" with the probes out).
             const bool attached = gate_action_ ? *gate_action_ == OperatorGate::Action::Attach : probes_.ops_attached();
             auto action = gate_->on_decode(t->end_ns - t->start_ns, t->end_ns, attached, !(t->h.reserved & PI_TOKEN_OPS_OFF));
-            if (action != OperatorGate::Action::None) gate_action_ = action;
+            // The opposite of a switch still pending cancels it: the probes stay as they are,
+            // which is what the gate now believes (a budget that asked to detach and, its
+            // credit still covering a window, to attach again in the same poll would
+            // otherwise leave them attached with a second "attach" logged and no detach).
+            if (action != OperatorGate::Action::None)
+                gate_action_ = gate_action_ && *gate_action_ != action ? std::nullopt : std::optional(action);
         }
     }
     return 0;
