@@ -154,6 +154,10 @@ void Database::initialise(Mode mode) {
             throw Error(path.string() + " already holds a database; choose another -o or remove it");
         exec("PRAGMA journal_mode = WAL");
         exec("PRAGMA synchronous = NORMAL");
+        // Checkpoint the write-ahead log every 64 MiB (16384 pages) instead of 4: fewer
+        // copies of the hot index pages while recording (trace_writer_bench, 580-node decode
+        // steps: 805 k → 874–890 k records/s); the last checkpoint runs when the store closes.
+        exec("PRAGMA wal_autocheckpoint = 16384");
         exec("BEGIN");
         exec(kSchema);
         if (scalar("SELECT count(*) FROM pragma_table_info('ops') WHERE name GLOB 'c[0-9]*'") != kCounterSlots)
