@@ -88,6 +88,11 @@ def fresh_db(work):
 SWITCH_AFTERMATH_NS = 300_000_000
 
 
+def touched_by_switch(start, end, switches):
+    """A call from START to END overlaps a probe switch (start_ns, ts_ns) or its aftermath."""
+    return any(start < ts + SWITCH_AFTERMATH_NS and end > s0 for s0, ts in switches)
+
+
 def paired_windows(db, skip=1):
     """PROFINFER_ALTERNATE run: per recorded window, its median decode call over the mean of
     its two neighbouring windows' medians, minus 1, in %; the first SKIP calls of each window
@@ -95,13 +100,13 @@ def paired_windows(db, skip=1):
     con = sqlite3.connect(db)
     rows = con.execute("SELECT t.start_ns, t.end_ns, t.n_tokens, u.token_id IS NOT NULL FROM tokens t "
                        "LEFT JOIN ops_untraced u ON u.token_id = t.id ORDER BY t.start_ns").fetchall()
-    switches = con.execute("SELECT start_ns, ts_ns FROM qos_events").fetchall()
+    switches = con.execute("SELECT coalesce(start_ns, ts_ns), ts_ns FROM qos_events").fetchall()
     con.close()
     windows = []
     for start, end, n, off in rows:
         if not windows or windows[-1][0] != off:
             windows.append((off, []))
-        if any(start < ts + SWITCH_AFTERMATH_NS and end > s0 for s0, ts in switches):
+        if touched_by_switch(start, end, switches):
             n = 0  # kept in its window (the windows' edges), left out of its median
         windows[-1][1].append((end - start, n))
     def med(w):
@@ -128,8 +133,7 @@ def achieved_overhead(db, half=32):
                        "ON u.token_id = t.id WHERE t.n_tokens = 1 ORDER BY t.start_ns").fetchall()
     switches = con.execute("SELECT coalesce(start_ns, ts_ns), ts_ns FROM qos_events").fetchall()
     con.close()
-    clean = [off and not any(start < ts + SWITCH_AFTERMATH_NS and end > s0 for s0, ts in switches)
-             for start, end, off in rows]
+    clean = [off and not touched_by_switch(start, end, switches) for start, end, off in rows]
     spent = base = 0.0
     for i, (start, end, _) in enumerate(rows):
         near = [rows[j][1] - rows[j][0] for j in range(max(0, i - half), min(len(rows), i + half + 1)) if clean[j]]

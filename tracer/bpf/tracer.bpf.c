@@ -369,14 +369,11 @@ static __always_inline void end_op_with(struct thread_state *st, __u64 now, cons
 	e->barrier_state_samples = st->barrier_state_samples;
 	/* Counts up to the node's last barrier (its compute), read on the thread's own CPU;
 	 * a node without a barrier can only be counted by its own thread. */
-	__u64 now_counters[PI_MAX_COUNTERS] = {};
+	__u64 read_here[PI_MAX_COUNTERS] = {};
 	bool own = st->tid == (__u32)bpf_get_current_pid_tgid();
-	if (read) {
-		for (__u32 c = 0; c < PI_MAX_COUNTERS; c++)
-			now_counters[c] = read[c];
-	} else if (n_counters && !st->barriers && own) {
-		read_counters(now_counters);
-	}
+	if (!read && n_counters && !st->barriers && own)
+		read_counters(read_here);
+	const __u64 *now_counters = read ? read : read_here;
 	for (__u32 c = 0; c < PI_MAX_COUNTERS; c++) {
 		if (c >= n_counters)
 			e->counters[c] = ~0ULL;
@@ -620,39 +617,46 @@ static __always_inline bool emit_node(__u64 pid_tgid, __u64 seq, const void *t)
 	return true;
 }
 
+/* Sends node T's details and, once they are out, keeps its identity ID in its position's
+ * SLOT (a lost record is not marked sent: it goes again next time). */
+static __always_inline bool send_node(__u64 pid_tgid, __u64 seq, const void *t, const struct node_identity *id,
+				      struct sent_node *slot)
+{
+	if (!emit_node(pid_tgid, seq, t) || !id || !slot)
+		return false;
+	slot->tensor = (__u64)t;
+	for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
+		((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
+	return true;
+}
+
+/* The expert ids of node T when its identity ID says it is a MUL_MAT_ID. */
+static __always_inline void experts_of(__u64 pid_tgid, __u64 seq, const void *t, const struct node_identity *id)
+{
+	__u64 ids = identity_src(id, 2);
+	if (identity_op(id) == layout.op_mul_mat_id && ids)
+		emit_experts(pid_tgid, seq, t, (const void *)ids);
+}
+
 /* Thread 0 describes node T, at position POS of graph SEQ: its details when they are
  * news, its expert ids (which change every token) always. */
 static __always_inline void describe_node(__u64 pid_tgid, __u64 seq, __u32 pos, const void *t)
 {
-	struct node_identity *id = 0;
-	struct sent_node *slot = 0;
 	if (current_graph_known) {
 		/* Described before, and the same since (the graph's uid): only the expert ids,
 		 * from the identity kept for the position (no user read). */
 		__u32 key = pos & (PI_NODE_POSITIONS - 1);
 		struct sent_node *sent = capture_experts ? bpf_map_lookup_elem(&nodes_sent, &key) : 0;
-		if (!sent || sent->tensor != (__u64)t)
-			return;
-		__u64 ids = identity_src(&sent->id, 2);
-		if (identity_op(&sent->id) == layout.op_mul_mat_id && ids)
-			emit_experts(pid_tgid, seq, t, (const void *)ids);
+		if (sent && sent->tensor == (__u64)t)
+			experts_of(pid_tgid, seq, t, &sent->id);
 		return;
 	}
-	bool changed = node_changed(t, pos, &id, &slot);
-	if (changed) {
-		if (emit_node(pid_tgid, seq, t) && id && slot) {
-			slot->tensor = (__u64)t;
-			for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-				((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
-		} else {
-			current_describe_failed = true;
-		}
-	}
-	if (!capture_experts || !id)
-		return;
-	__u64 ids = identity_src(id, 2);
-	if (identity_op(id) == layout.op_mul_mat_id && ids)
-		emit_experts(pid_tgid, seq, t, (const void *)ids);
+	struct node_identity *id = 0;
+	struct sent_node *slot = 0;
+	if (node_changed(t, pos, &id, &slot) && !send_node(pid_tgid, seq, t, id, slot))
+		current_describe_failed = true;
+	if (capture_experts && id)
+		experts_of(pid_tgid, seq, t, id);
 }
 
 /* A thread begins node TENSOR (and FUSED, when one kernel computes two nodes). */
@@ -1025,12 +1029,8 @@ int BPF_KPROBE(vk_build_graph_enter, void *vkctx, void *cgraph, int node_idx)
 	struct node_identity *id = 0;
 	struct sent_node *slot = 0;
 	__u32 pos = PI_GPU_POSITION_BASE + ((__u32)node_idx & (PI_GPU_POSITION_BASE - 1));
-	if (node_changed((const void *)t, pos, &id, &slot) && emit_node(pid_tgid, backend_graph_seq(pid_tgid), (const void *)t) &&
-	    id && slot) {
-		slot->tensor = t;
-		for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-			((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
-	}
+	if (node_changed((const void *)t, pos, &id, &slot))
+		send_node(pid_tgid, backend_graph_seq(pid_tgid), (const void *)t, id, slot);
 	return 0;
 }
 

@@ -9,7 +9,10 @@ namespace profinfer {
 // cost): the operator probes go in for W traced decode calls, then out for W calls, and so
 // on, so that neighbouring windows of one run compare tracing with not tracing. Switches come
 // as late as the consumer sees the calls; the calls' own flags (ops_untraced) and the switch
-// times (qos_events) say which window each call was in.
+// times (qos_events) say which window each call was in. The consumer runs at normal
+// priority, as with every gate (at idle priority it would see the calls only when the
+// target leaves a CPU free: at the end of the run), so these windows charge its work at
+// normal priority.
 class AlternatingGate : public OperatorGate {
 public:
     explicit AlternatingGate(int window) : window_(window) {}
@@ -23,9 +26,6 @@ public:
         return Action::None;
     }
     double tps() const override { return 0; }
-    // (The consumer runs at normal priority, as for every gate: at idle priority it sees the
-    // calls only when the target leaves a CPU free, here at the end of the run. So these
-    // windows charge the consumer's work at normal priority: an upper bound.)
 
 private:
     const int window_;

@@ -99,36 +99,34 @@ std::vector<std::string> split_counter_list(const std::string& list) {
 }
 
 PerCpuCounters::PerCpuCounters(const std::vector<std::string>& names, int n_cpus) : n_cpus_(n_cpus) {
+    const bool perf_faults = std::getenv("PROFINFER_PERF_FAULTS") != nullptr;
     for (const auto& n : names) {
         CounterSpec c;
         c.name = n;
-        const bool perf_faults = std::getenv("PROFINFER_PERF_FAULTS") != nullptr;
-        if (!perf_faults && (n == "major-faults" || n == "minor-faults") && resolve_counter(c)) {
-            if (active().size() >= PI_MAX_COUNTERS) {
-                c.reason = "more than " + std::to_string(PI_MAX_COUNTERS) + " counters requested";
-            } else {
-                c.available = true;
+        if (resolve_counter(c)) {
+            std::vector<int> fds;  // one per CPU; -1 throughout for a task_struct counter
+            if (!perf_faults && (n == "major-faults" || n == "minor-faults")) {
                 c.source = n == "major-faults" ? PI_COUNTER_TASK_MAJ_FLT : PI_COUNTER_TASK_MIN_FLT;
-                fds_.insert(fds_.end(), size_t(n_cpus), -1);
-            }
-        } else if (resolve_counter(c)) {
-            std::vector<int> fds;
-            for (int cpu = 0; cpu < n_cpus; ++cpu) {
-                int fd = open_on_cpu(c, cpu);
-                if (fd < 0) {
-                    int err = errno;
-                    c.reason = err == ENOENT || err == EOPNOTSUPP
-                                   ? "not supported by this CPU or hypervisor (no hardware PMU?)"
-                                   : std::string("perf_event_open: ") + std::strerror(err);
-                    for (int f : fds) close(f);
-                    fds.clear();
-                    break;
+                fds.assign(size_t(n_cpus), -1);
+            } else {
+                for (int cpu = 0; cpu < n_cpus; ++cpu) {
+                    int fd = open_on_cpu(c, cpu);
+                    if (fd < 0) {
+                        int err = errno;
+                        c.reason = err == ENOENT || err == EOPNOTSUPP
+                                       ? "not supported by this CPU or hypervisor (no hardware PMU?)"
+                                       : std::string("perf_event_open: ") + std::strerror(err);
+                        for (int f : fds) close(f);
+                        fds.clear();
+                        break;
+                    }
+                    fds.push_back(fd);
                 }
-                fds.push_back(fd);
             }
             if (!fds.empty()) {
                 if (active().size() >= PI_MAX_COUNTERS) {
-                    for (int f : fds) close(f);
+                    for (int f : fds)
+                        if (f >= 0) close(f);
                     c.reason = "more than " + std::to_string(PI_MAX_COUNTERS) + " counters requested";
                 } else {
                     c.available = true;
@@ -141,7 +139,8 @@ PerCpuCounters::PerCpuCounters(const std::vector<std::string>& names, int n_cpus
 }
 
 PerCpuCounters::~PerCpuCounters() {
-    for (int fd : fds_) close(fd);
+    for (int fd : fds_)
+        if (fd >= 0) close(fd);
 }
 
 std::vector<const CounterSpec*> PerCpuCounters::active() const {

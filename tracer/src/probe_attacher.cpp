@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "elf_symbols.h"
-#include "probe_site.h"
 #include "profinfer/error.h"
 #include "tracer_bpf.skel.h"
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "profinfer/recorder.h"
+#include "probe_site.h"
 #include "profinfer/store.h"
 #include "struct_layout.h"
 #include "target.h"
@@ -59,7 +60,7 @@ private:
     struct Attached;
     struct OpLibrary;
     bpf_link* attach_uprobe(bpf_program* prog, const std::filesystem::path& lib, const char* symbol, bool ret,
-                            uint64_t offset, uint64_t size = 0, uint32_t reads = 8 /* kReadsStack */);
+                            uint64_t offset, uint64_t size = 0, uint32_t reads = kReadsStack);
     void record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
                       const std::string& reason);
     void update_layout();

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 
+#include "alternating_gate.h"
 #include "consumer_priority.h"
 #include "counters.h"
 #include "event_consumer.h"
@@ -27,7 +28,6 @@
 #include "launcher.h"
 #include "memory_cgroup.h"
 #include "probe_attacher.h"
-#include "alternating_gate.h"
 #include "budget_controller.h"
 #include "qos_controller.h"
 #include "profinfer/error.h"
