@@ -9,9 +9,9 @@
 namespace profinfer {
 
 namespace {
-constexpr double kBoostAbove = 0.25;   // of the ring buffer
+constexpr double kBoostAbove = 0.125;  // of the ring buffer
 constexpr double kIdleBelow = 0.02;
-constexpr auto kPeriod = std::chrono::milliseconds(50);
+constexpr auto kPeriod = std::chrono::milliseconds(20);
 }  // namespace
 
 ConsumerPriority::ConsumerPriority(Mode mode, int ringbuf_fd, size_t size, std::function<bool()> urgent)

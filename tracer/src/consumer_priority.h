@@ -5,9 +5,9 @@
 // thread and stalls the others at the next barrier. At idle priority that work moves to
 // the moments the target leaves a CPU free, and to the end of the run.
 //
-// A keeper thread at normal priority (it wakes 20 times a second and reads two
+// A keeper thread at normal priority (it wakes 50 times a second and reads two
 // counters) puts the recorder back at normal priority while something must not wait:
-// the ring buffer over a quarter full (so nothing is lost), the target held at a loader
+// the ring buffer over an eighth full (so nothing is lost), the target held at a loader
 // stop, or a stop signal to handle; idle again once the buffer is nearly empty.
 #include <sys/types.h>
 
