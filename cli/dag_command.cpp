@@ -20,8 +20,8 @@ void add_dag(CLI::App& app, std::function<int()>& action) {
         "Example: profinfer dag run.db --layer 3 --block attn -o attn.svg");
     cmd->add_option("db", o->db, "Trace database")->required();
     cmd->add_option("--token", o->token, "llama_decode call, from 0 (default: the middle decode call)")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--layer", o->layer, "Only this transformer layer")->check(CLI::NonNegativeNumber);
+        ->check(number_in(0, std::numeric_limits<double>::infinity()));
+    cmd->add_option("--layer", o->layer, "Only this transformer layer")->check(number_in(0, std::numeric_limits<double>::infinity()));
     cmd->add_option("--block", o->block, "With --layer: attn or ffn")->check(CLI::IsMember({"attn", "ffn"}));
     cmd->add_option("--color,--colour", o->colour, "time or bandwidth")->check(CLI::IsMember({"time", "bandwidth"}))->capture_default_str();
     cmd->add_option("-o,--output", o->out, "out.dot, out.svg or out.json")->required();
@@ -34,7 +34,7 @@ void add_dag(CLI::App& app, std::function<int()>& action) {
             if (dag.nodes.empty())
                 throw profinfer::Error("call " + std::to_string(call) + " has no operator records: record with --level op or full");
             dag = dag.filtered(o->layer >= 0 ? std::optional<int>(o->layer) : std::nullopt, o->block);
-            dag.write(o->out, o->colour == "time" ? Dag::Colour::Time : Dag::Colour::Bandwidth);
+            dag.write(o->out, o->colour == "time" ? Dag::Colour::Time : Dag::Colour::Bandwidth, o->db);
             std::cerr << "profinfer: DAG of call " << call << ": " << dag.nodes.size() << " operators, " << dag.edges.size()
                       << " edges → " << o->out << "\n";
             return 0;

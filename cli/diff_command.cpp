@@ -1,9 +1,42 @@
 #include <iostream>
+#include <sstream>
 
 #include "profinfer/diff.h"
+#include "profinfer/store.h"
 #include "subcommands.h"
 
 namespace profinfer::cli {
+
+namespace {
+// The model a recorded command ran (-m/--model FILE), by file name; "" when not given.
+std::string model_of(const std::string& command) {
+    std::istringstream words(command);
+    std::string w, prev;
+    while (words >> w) {
+        if (prev == "-m" || prev == "--model") return std::filesystem::path(w).filename().string();
+        if (w.rfind("--model=", 0) == 0) return std::filesystem::path(w.substr(8)).filename().string();
+        prev = w;
+    }
+    return "";
+}
+
+// Two recordings of other models or levels differ for reasons no operator explains: said
+// in one line, and compared all the same (by op type and operator name).
+void warn_if_unrelated(const std::filesystem::path& a, const std::filesystem::path& b) {
+    store::Database da(a, store::Database::Mode::ReadOnly), db(b, store::Database::Mode::ReadOnly);
+    auto ma = da.meta(), mb = db.meta();
+    std::vector<std::string> differ;
+    const std::string model_a = model_of(ma["command"]), model_b = model_of(mb["command"]);
+    if (model_a != model_b) differ.push_back("model " + model_a + " vs " + model_b);
+    if (ma["level"] != mb["level"]) differ.push_back("level " + ma["level"] + " vs " + mb["level"]);
+    if (ma["host"] != mb["host"]) differ.push_back("host " + ma["host"] + " vs " + mb["host"]);
+    if (differ.empty()) return;
+    std::string line;
+    for (const auto& d : differ) line += (line.empty() ? "" : ", ") + d;
+    std::cerr << "profinfer: warning: " << a.string() << " and " << b.string() << " are not runs of one setup (" << line
+              << "): differences include more than what changed\n";
+}
+}  // namespace
 
 void add_diff(CLI::App& app, std::function<int()>& action) {
     auto a = std::make_shared<std::string>();
@@ -19,12 +52,13 @@ void add_diff(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--phase", *phase, "decode, prefill or all")->check(CLI::IsMember({"decode", "prefill", "all"}))
         ->capture_default_str();
     cmd->add_option("--threshold", *threshold, "Percent change below which a row is 'same'")
-        ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+        ->check(number_in(0, 1000))->capture_default_str();
     cmd->add_option("--format", *format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
     cmd->callback([&action, a, b, phase, format, threshold] {
         action = [a, b, phase, format, threshold] {
             warn_if_partial(*a);
             warn_if_partial(*b);
+            warn_if_unrelated(*a, *b);
             std::cout << diff_table(*a, *b, *phase, *threshold).formatted(*format);
             return 0;
         };

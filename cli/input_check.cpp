@@ -1,4 +1,7 @@
+#include <cmath>
+#include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "profinfer/run_summary.h"
 #include "profinfer/store.h"
@@ -11,6 +14,29 @@ void warn_if_partial(const std::filesystem::path& db) {
     std::string w = store::health_warning(db, store::run_health(d));
     if (!w.empty()) std::cerr << w << "\n";
     if (std::string note = operator_sampling_note(d); !note.empty()) std::cerr << note << "\n";
+}
+
+CLI::Validator number_in(double lo, double hi) {
+    auto show = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%g", v);
+        return std::string(b);
+    };
+    const std::string range = std::isinf(hi) ? "at least " + show(lo) : show(lo) + " to " + show(hi);
+    return CLI::Validator(
+        [lo, hi, range](std::string& text) -> std::string {
+            double v = 0;
+            size_t used = 0;
+            try {
+                v = std::stod(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (!used || used != text.size() || std::isnan(v) || v < lo || v > hi)
+                return "'" + text + "' is not a number " + range;
+            return {};
+        },
+        "NUMBER " + range);
 }
 
 }  // namespace profinfer::cli

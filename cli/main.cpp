@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
                   << (app.get_subcommands().empty() ? std::string() : app.get_subcommands().front()->get_name() + " ")
                   << "--help)\n";
         return 2;
+    } catch (const profinfer::Error& e) {  // an option's value refused while parsing (e.g. --memory-limit)
+        std::cerr << "profinfer: error: " << e.what() << "\n";
+        return 2;
     }
     try {
         int status = action ? action() : 0;

@@ -1,5 +1,6 @@
 #include <iostream>
 
+#include "profinfer/error.h"
 #include "profinfer/report.h"
 #include "subcommands.h"
 
@@ -16,7 +17,14 @@ void add_report(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     cmd->callback([&action, in, out, machine] {
         action = [in, out, machine] {
-            for (const auto& db : report_inputs(*in)) warn_if_partial(db);
+            const auto dbs = report_inputs(*in);
+            for (const auto& db : dbs) {
+                try {
+                    warn_if_partial(db);
+                } catch (const Error&) {
+                    if (dbs.size() == 1) throw;  // one of many: the report names it and leaves it out
+                }
+            }
             write_report(*in, *out, *machine);
             std::cerr << "profinfer: report → " << *out << "\n";
             return 0;

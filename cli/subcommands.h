@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <functional>
+#include <limits>
 
 // Each add_* registers one subcommand on APP and, when it is the one parsed, sets
 // ACTION to the function that carries it out.
@@ -25,4 +26,10 @@ void add_board(CLI::App& app, std::function<int()>& action);
 // stderr for a run that is not complete or lost data; an error for a trace format newer
 // than this profinfer.
 void warn_if_partial(const std::filesystem::path& db);
+}  // namespace profinfer::cli
+
+namespace profinfer::cli {
+// A number from LO to HI (either may be infinite): NaN is refused, and the bounds are
+// printed as a person would write them ("0 to 100", "at least 0"), not to 309 digits.
+CLI::Validator number_in(double lo, double hi);
 }  // namespace profinfer::cli

@@ -17,7 +17,7 @@ void add_timeline(CLI::App& app, std::function<int()>& action) {
     cmd->callback([&action, db, out] {
         action = [db, out] {
             warn_if_partial(*db);
-            OutputFile file(*out);
+            OutputFile file(*out, {*db});
             int64_t events = 0;
             if (is_gzip_path(*out)) {
                 GzipStream gz(file.stream());

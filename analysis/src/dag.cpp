@@ -197,14 +197,15 @@ std::string render_svg(const std::string& dot) {
     return r.out;
 }
 
-void Dag::write(const fs::path& out, Colour colour) const {
+void Dag::write(const fs::path& out, Colour colour, const fs::path& source) const {
     const std::string ext = out.extension().string();
+    const std::vector<fs::path> from = source.empty() ? std::vector<fs::path>{} : std::vector<fs::path>{source};
     if (ext == ".json")
-        OutputFile::write(out, to_json().dump(1) + "\n");
+        OutputFile::write(out, to_json().dump(1) + "\n", from);
     else if (ext == ".dot")
-        OutputFile::write(out, to_dot(colour));
+        OutputFile::write(out, to_dot(colour), from);
     else if (ext == ".svg")
-        OutputFile::write(out, render_svg(to_dot(colour)));
+        OutputFile::write(out, render_svg(to_dot(colour)), from);
     else
         throw Error("write the DAG as .dot, .svg or .json, not '" + ext + "'");
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 
@@ -143,8 +144,20 @@ void write_report(const fs::path& input, const fs::path& out, const fs::path& ma
     if (fs::exists(machine_file)) machine = std::make_unique<MachineBench>(MachineBench::load(machine_file));
     PrivateTempDir work("profinfer-report");
     std::ostringstream body;
-    for (const auto& db : dbs) body << run_section(db, machine.get(), work.path());
-    OutputFile file(out);
+    // One unreadable database in a folder is named and left out; the rest are reported.
+    size_t skipped = 0;
+    for (const auto& db : dbs) {
+        try {
+            body << run_section(db, machine.get(), work.path());
+        } catch (const std::exception& e) {
+            if (dbs.size() == 1) throw Error(db.string() + ": " + e.what());
+            ++skipped;
+            std::cerr << "profinfer: warning: " << db.string() << " left out of the report: " << e.what() << "\n";
+            body << "<h2>" << html_escape(db.string()) << "</h2>\n<p>Left out: " << html_escape(e.what()) << "</p>\n";
+        }
+    }
+    if (skipped == dbs.size()) throw Error("no database under " + input.string() + " could be read");
+    OutputFile file(out, dbs);
     file.stream() << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>profinfer report</title>\n<style>\n"
          "body{font-family:'DejaVu Sans',sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
          "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}"

@@ -16,7 +16,7 @@ std::string operator_sampling_note(store::Database& db) {
     auto budget = meta.find("budget_pct");
     std::string why = budget != meta.end() ? "--budget " + [&] {
         char b[32];
-        std::snprintf(b, sizeof b, "%g", std::stod(budget->second));
+        std::snprintf(b, sizeof b, "%g", std::strtod(budget->second.c_str(), nullptr));
         return std::string(b);
     }() + " %"
                                            : std::string("the QoS controller (--qos-min-tps)");

@@ -122,7 +122,7 @@ std::string sched_states_sql(int64_t pid) {
 int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
-    const int64_t pid = meta.count("pid") ? std::stoll(meta["pid"]) : 0;
+    const int64_t pid = meta.count("pid") ? store::meta_integer(db, meta, "pid") : 0;
     const std::string p = std::to_string(pid);
     const int64_t t0 = db.scalar(
         "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -114,17 +115,81 @@ TEST(CliTrust, TraceTextIsEscapedInEveryOutputFormat) {
     EXPECT_FALSE(fs::exists(d / "pwned"));
 }
 
-TEST(CliTrust, OutputsReplaceSymlinksInsteadOfWritingThroughThem) {
+// A link is neither written through nor replaced: refused in one line, link and target
+// as they were (a link to a FIFO or device, like /dev/stdout, is written into).
+TEST(CliTrust, OutputsNeverGoThroughOrReplaceSymlinks) {
     TempDir d;
     std::ofstream(d / "victim") << "precious";
     fs::create_symlink(d / "victim", d / "trace.json");
     fs::create_symlink(d / "victim", d / "dag.dot");
-    ASSERT_EQ(run({profinfer_bin(), "timeline", golden_trace("llama3.2-1b-full"), "-o", d / "trace.json"}).status, 0);
-    ASSERT_EQ(run({profinfer_bin(), "dag", golden_trace("llama3.2-1b-full"), "-o", d / "dag.dot"}).status, 0);
+    fs::create_symlink(d / "nothing", d / "report.html");
+    expect_one_line_failure(run({profinfer_bin(), "timeline", golden_trace("llama3.2-1b-full"), "-o", d / "trace.json"}),
+                            "symbolic link");
+    expect_one_line_failure(run({profinfer_bin(), "dag", golden_trace("llama3.2-1b-full"), "-o", d / "dag.dot"}),
+                            "symbolic link");
+    expect_one_line_failure(run({profinfer_bin(), "report", golden_trace("llama3.2-1b-full"), "-o", d / "report.html"}),
+                            "symbolic link to nothing");
     EXPECT_EQ(read_file(d / "victim"), "precious");
-    EXPECT_FALSE(fs::is_symlink(d / "trace.json"));
-    EXPECT_FALSE(fs::is_symlink(d / "dag.dot"));
-    EXPECT_NE(read_file(d / "trace.json").find("traceEvents"), std::string::npos);
+    EXPECT_TRUE(fs::is_symlink(d / "trace.json"));
+    EXPECT_TRUE(fs::is_symlink(d / "dag.dot"));
+    EXPECT_FALSE(fs::exists(d / "nothing"));
+    // /dev/stdout is a link to the process's standard output: the DOT text arrives there.
+    fs::create_symlink("/dev/stdout", d / "out.dot");
+    auto r = run({profinfer_bin(), "dag", golden_trace("llama3.2-1b-full"), "-o", d / "out.dot"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("digraph"), std::string::npos);
+    EXPECT_TRUE(fs::is_symlink(d / "out.dot"));
+}
+
+// Device nodes are the system's: a character device or FIFO is written into (/dev/null
+// discards, /dev/full is an error), a block device or socket refused; none is replaced.
+TEST(CliTrust, OutputsNeverReplaceDeviceNodes) {
+    if (geteuid() != 0) GTEST_SKIP() << "skipped: making device nodes (mknod) needs root";
+    TempDir d;
+    const fs::path trace = golden_trace("llama3.2-1b-full");
+    ASSERT_EQ(mknod((d / "null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0) << std::strerror(errno);
+    ASSERT_EQ(mknod((d / "null.dot").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0) << std::strerror(errno);  // dag: by extension
+    ASSERT_EQ(mknod((d / "full").c_str(), S_IFCHR | 0666, makedev(1, 7)), 0) << std::strerror(errno);
+    ASSERT_EQ(mknod((d / "disk").c_str(), S_IFBLK | 0600, makedev(7, 0)), 0) << std::strerror(errno);
+    ASSERT_EQ(mkfifo((d / "fifo").c_str(), 0600), 0) << std::strerror(errno);
+    auto is_char = [](const fs::path& p) { return fs::is_character_file(fs::symlink_status(p)); };
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"timeline", trace, "-o", d / "null"}, {"dag", trace, "-o", d / "null.dot"}, {"report", trace, "-o", d / "null"}}) {
+        std::vector<std::string> argv{profinfer_bin()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto r = run(argv);
+        EXPECT_EQ(r.status, 0) << args[0] << ": " << r.err;
+        EXPECT_TRUE(is_char(args.back())) << args[0] << " replaced the device node";
+    }
+    expect_one_line_failure(run({profinfer_bin(), "timeline", trace, "-o", d / "full"}), "No space left on device");
+    EXPECT_TRUE(is_char(d / "full"));
+    expect_one_line_failure(run({profinfer_bin(), "timeline", trace, "-o", d / "disk"}), "block device");
+    EXPECT_TRUE(fs::is_block_file(fs::symlink_status(d / "disk")));
+    // A FIFO is written into: a reader gets the trace.
+    pid_t reader = spawn({"cat", d / "fifo"}, d / "from-fifo");
+    auto r = run({profinfer_bin(), "timeline", trace, "-o", d / "fifo"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(reap(reader, std::chrono::seconds(30)), 0);
+    EXPECT_TRUE(fs::is_fifo(fs::symlink_status(d / "fifo")));
+    EXPECT_NE(read_file(d / "from-fifo").find("traceEvents"), std::string::npos);
+}
+
+// A trace is 0600 because it may name other users' processes: what is made from it gets
+// no wider permissions, whatever the umask.
+TEST(CliTrust, OutputsOfAPrivateTraceArePrivate) {
+    TempDir d;
+    const fs::path db = copy_golden(d, "llama3.2-1b-full");  // 0600
+    const mode_t old = umask(022);
+    for (const auto& [cmd, out] : std::vector<std::pair<std::string, std::string>>{
+             {"timeline", "t.json"}, {"dag", "g.dot"}, {"report", "r.html"}}) {
+        auto r = run({profinfer_bin(), cmd, db, "-o", d / out});
+        EXPECT_EQ(r.status, 0) << r.err;
+        EXPECT_EQ(fs::status(d / out).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write) << cmd;
+    }
+    fs::permissions(db, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+    EXPECT_EQ(run({profinfer_bin(), "timeline", db, "-o", d / "shared.json"}).status, 0);
+    umask(old);
+    EXPECT_EQ(fs::status(d / "shared.json").permissions() & fs::perms::others_read, fs::perms::others_read);
 }
 
 // On a full disk every analysis command fails in one line and leaves no truncated file.
@@ -208,4 +273,93 @@ TEST(CliTrust, PartialTracesAreCalledPartial) {
 
     sql(lossy, "UPDATE meta SET value = '99' WHERE key = 'events_version'");
     expect_one_line_failure(run({profinfer_bin(), "info", lossy}), "event format 99");
+}
+
+// Numbers that are not numbers, and bounds as a person writes them: NaN is refused where
+// a range is asked for, and no error prints a 309-digit bound.
+TEST(CliTrust, NumbersAreCheckedAndBoundsReadable) {
+    TempDir d;
+    const fs::path a = golden_trace("llama3.2-1b-full");
+    auto r = run({profinfer_bin(), "dag", a, "--token", "-1", "-o", d / "x.dot"});
+    expect_one_line_failure(r, "at least 0");
+    EXPECT_LT(r.err.size(), 200u) << r.err;
+    expect_one_line_failure(run({profinfer_bin(), "diff", a, a, "--threshold", "nan"}), "--threshold");
+    for (const auto& [opt, value] : std::vector<std::pair<std::string, std::string>>{
+             {"--budget", "nan"}, {"--budget", "inf"}, {"--qos-min-tps", "-1"}, {"--qos-min-tps", "nan"},
+             {"--memory-limit", "garbage"}}) {
+        r = run({profinfer_bin(), "record", opt, value, "--level", "op", "-o", d / "r.db", "--", "/bin/true"});
+        expect_one_line_failure(r, value);
+        EXPECT_EQ(r.status, 2) << opt << " " << value << ": " << r.err;
+        EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    }
+    // A refusal that needs the other options leaves no database to block the retry.
+    expect_one_line_failure(run({profinfer_bin(), "record", "--budget", "5", "--level", "token", "-o", d / "r.db", "--",
+                                 "/bin/true"}),
+                            "--budget needs --level op or full");
+    EXPECT_FALSE(fs::exists(d / "r.db"));
+    expect_one_line_failure(run({profinfer_bin(), "board", "detect", "--root", d / "nonexistent"}), "proc/cpuinfo");
+}
+
+// A damaged trace: a meta value that should be a number names the file and the key; a
+// folder report leaves out the one database it cannot read and says which.
+TEST(CliTrust, DamagedTracesAreNamed) {
+    TempDir d;
+    fs::create_directories(d / "runs");
+    const fs::path good = d / "runs" / "good.db";
+    fs::copy_file(golden_trace("llama3.2-1b-full"), good);
+    const fs::path bad = copy_golden(d, "qwen2.5-1.5b-full");
+    sql(bad, "UPDATE meta SET value = 'x7' WHERE key = 'events_version'");
+    auto r = run({profinfer_bin(), "info", bad});
+    expect_one_line_failure(r, bad.string());
+    EXPECT_NE(r.err.find("events_version"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+    std::ofstream(d / "runs" / "broken.db") << "not a database";
+    r = run({profinfer_bin(), "report", d / "runs", "-o", d / "report.html"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find((d / "runs" / "broken.db").string()), std::string::npos) << r.err;
+    EXPECT_NE(read_file(d / "report.html").find("good.db"), std::string::npos);
+}
+
+// diff of two runs of different models says so before its table.
+TEST(CliTrust, DiffSaysWhenRunsAreUnrelated) {
+    auto r = run({profinfer_bin(), "diff", golden_trace("llama3.2-1b-full"), golden_trace("qwen2.5-1.5b-full")});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("not runs of one setup"), std::string::npos) << r.err;
+    r = run({profinfer_bin(), "diff", golden_trace("llama3.2-1b-full"), golden_trace("llama3.2-1b-full")});
+    EXPECT_EQ(r.err.find("not runs of one setup"), std::string::npos) << r.err;
+}
+
+// Lost Vulkan records count in a run's lost total like any other record.
+TEST(CliTrust, LostGpuRecordsAreCounted) {
+    TempDir d;
+    const fs::path db = copy_golden(d, "llama3.2-1b-full");
+    sql(db, "INSERT OR REPLACE INTO lost_events(kind, count) VALUES ('gpu', 3)");
+    store::Database s(db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(store::run_health(s).lost_records, 3);
+}
+
+// Reading a finished trace leaves no -wal or -shm file beside it, and a trace left in
+// write-ahead-log mode (its recorder died) is read where nothing can be written.
+TEST(CliTrust, TracesAreReadWhereNothingCanBeWritten) {
+    if (geteuid() != 0) GTEST_SKIP() << "skipped: a read-only mount needs root";
+    TempDir d;
+    const fs::path ro = d / "ro";
+    fs::create_directories(ro);
+    ASSERT_EQ(mount("tmpfs", ro.c_str(), "tmpfs", 0, "size=8m"), 0) << std::strerror(errno);
+    struct Unmount {
+        fs::path p;
+        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+    } unmount{ro};
+    fs::copy_file(golden_trace("llama3.2-1b-full"), ro / "run.db");
+    fs::copy_file(golden_trace("llama3.2-1b-full"), ro / "wal.db");
+    sql(ro / "wal.db", "PRAGMA journal_mode = WAL");
+    EXPECT_EQ(run({profinfer_bin(), "info", ro / "run.db"}).status, 0);
+    EXPECT_FALSE(fs::exists(ro / "run.db-wal"));
+    EXPECT_FALSE(fs::exists(ro / "run.db-shm"));
+    ASSERT_EQ(mount(nullptr, ro.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0) << std::strerror(errno);
+    for (const char* f : {"run.db", "wal.db"}) {
+        auto r = run({profinfer_bin(), "stat", ro / f, "--by", "op-type"});
+        EXPECT_EQ(r.status, 0) << f << ": " << r.err;
+        EXPECT_NE(r.out.find("MUL_MAT"), std::string::npos) << f;
+    }
 }

@@ -157,6 +157,8 @@ BoardProfile board_profile(const std::string& name) {
 
 MachineFacts MachineFacts::read(const fs::path& root) {
     MachineFacts m;
+    if (!fs::exists(root / "proc/cpuinfo"))
+        throw Error("no " + (root / "proc/cpuinfo").string() + ": is " + root.string() + " the root of a Linux system?");
     std::istringstream cpuinfo(slurp(root / "proc/cpuinfo"));
     std::string line, model;
     int cpu = -1;
@@ -177,6 +179,7 @@ MachineFacts MachineFacts::read(const fs::path& root) {
         }
         if (key == "CPU architecture" && m.arch.empty()) m.arch = value(line) == "8" ? "aarch64" : "";
     }
+    if (m.cpu_parts.empty()) throw Error((root / "proc/cpuinfo").string() + " lists no processor");
     m.device_model = trim(slurp(root / "proc/device-tree/model"));
     std::istringstream meminfo(slurp(root / "proc/meminfo"));
     while (std::getline(meminfo, line))

@@ -45,18 +45,64 @@ private:
     char buf_[1 << 16];
 };
 
-OutputFile::OutputFile(fs::path destination) : dest_(std::move(destination)) {
+namespace {
+
+const char* kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISFIFO(m)) return "a FIFO";
+    return "not a regular file";
+}
+
+bool written_into(mode_t m) { return S_ISFIFO(m) || S_ISCHR(m); }
+
+}  // namespace
+
+OutputFile::OutputFile(fs::path destination, const std::vector<fs::path>& content_of) : dest_(std::move(destination)) {
     if (dest_.empty()) throw Error("no output file given");
+    const std::string name = dest_.string();
+    struct stat here{};
+    if (::lstat(dest_.c_str(), &here) == 0 && !S_ISREG(here.st_mode)) {
+        struct stat there{};
+        const bool link = S_ISLNK(here.st_mode);
+        const bool resolves = !link || ::stat(dest_.c_str(), &there) == 0;
+        const mode_t m = link ? there.st_mode : here.st_mode;
+        // A link to our own standard output or error (/dev/stdout, /dev/fd/2, /proc/self/fd/1):
+        // written there, at the descriptor's offset and mode, whatever it is open on.
+        int own = -1;
+        for (int fd : {1, 2}) {
+            struct stat o{};
+            if (link && resolves && own < 0 && ::fstat(fd, &o) == 0 && o.st_dev == there.st_dev && o.st_ino == there.st_ino)
+                own = fd;
+        }
+        if (own >= 0 || (resolves && written_into(m))) {  // /dev/null, a pipe, a terminal: written into as it is
+            fd_ = own >= 0 ? ::fcntl(own, F_DUPFD_CLOEXEC, 3) : ::open(dest_.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+            if (fd_ < 0) throw Error("cannot write " + name + ": " + std::strerror(errno));
+            buf_ = std::make_unique<Buffer>(fd_);
+            stream_ = std::make_unique<std::ostream>(buf_.get());
+            return;
+        }
+        if (link)
+            throw Error("cannot write " + name + ": it is a symbolic link" +
+                        (resolves ? std::string(" to ") + (S_ISREG(m) ? "a file" : kind_of(m)) : " to nothing") +
+                        "; profinfer neither writes through links nor replaces them: give the path it points to");
+        throw Error("cannot write " + name + ": it is " + kind_of(here.st_mode) + "; refusing to replace it");
+    }
     fs::path dir = dest_.has_parent_path() ? dest_.parent_path() : fs::path(".");
-    if (fs::is_directory(fs::symlink_status(dest_)))
-        throw Error("cannot write " + dest_.string() + ": it is a directory");
     std::string tmpl = (dir / ("." + dest_.filename().string() + ".tmp-XXXXXX")).string();
     fd_ = mkostemp(tmpl.data(), O_CLOEXEC);
-    if (fd_ < 0) throw Error("cannot write " + dest_.string() + ": " + std::strerror(errno));
+    if (fd_ < 0) throw Error("cannot write " + name + ": " + std::strerror(errno));
     tmp_ = tmpl;
     mode_t mask = umask(0);
     umask(mask);
-    fchmod(fd_, 0666 & ~mask);
+    mode_t mode = 0666;
+    for (const auto& f : content_of) {
+        struct stat src{};
+        if (::stat(f.c_str(), &src) == 0) mode &= src.st_mode;
+    }
+    fchmod(fd_, mode & ~mask);
     buf_ = std::make_unique<Buffer>(fd_);
     stream_ = std::make_unique<std::ostream>(buf_.get());
 }
@@ -69,17 +115,17 @@ OutputFile::~OutputFile() {
 void OutputFile::commit() {
     stream_->flush();
     int err = buf_->error();
-    if (!err && ::fsync(fd_) != 0 && errno != EINVAL) err = errno;
+    if (!err && ::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) err = errno;
     if (::close(fd_) != 0 && !err) err = errno;
     fd_ = -1;
     if (!err && stream_->bad()) err = EIO;
-    if (!err && ::rename(tmp_.c_str(), dest_.c_str()) != 0) err = errno;
+    if (!err && !tmp_.empty() && ::rename(tmp_.c_str(), dest_.c_str()) != 0) err = errno;
     if (err) throw Error("cannot write " + dest_.string() + ": " + std::strerror(err));
     tmp_.clear();
 }
 
-void OutputFile::write(const fs::path& destination, const std::string& content) {
-    OutputFile f(destination);
+void OutputFile::write(const fs::path& destination, const std::string& content, const std::vector<fs::path>& content_of) {
+    OutputFile f(destination, content_of);
     f.stream() << content;
     f.commit();
 }

@@ -87,7 +87,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         m["preempted_per_token"] =
             switches > 0 && decode > 0 && !pid.empty()
                 ? nlohmann::json(double(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
-                                                  std::to_string(std::stoll(pid)))) /
+                                                  std::to_string(store::meta_integer(db, db.meta(), "pid")))) /
                                  double(decode))
                 : nlohmann::json(nullptr);
     }

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+
 #include <fstream>
 #include <sstream>
 
@@ -53,16 +57,31 @@ uint64_t process_start_time(int pid) {
 namespace {
 // The event kinds that are whole records (the rest are data cut inside records).
 bool is_record_kind(const std::string& k) {
-    for (const char* r : {"token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup"})
+    for (const char* r : {"token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu"})
         if (k == r) return true;
     return false;
 }
 }  // namespace
 
+int64_t meta_integer(const Database& db, const std::map<std::string, std::string>& meta, const std::string& key) {
+    auto it = meta.find(key);
+    const std::string v = it == meta.end() ? "" : it->second;
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+        n = std::stoll(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (!used || used != v.size())
+        throw Error(db.path().string() + ": its meta '" + key + "' is '" + v + "', not an integer: a damaged trace?");
+    return n;
+}
+
 RunHealth run_health(Database& db) {
     RunHealth h;
     auto meta = db.meta();
-    if (!meta["events_version"].empty() && std::stoi(meta["events_version"]) > kEventsVersion)
+    if (!meta["events_version"].empty() && meta_integer(db, meta, "events_version") > kEventsVersion)
         throw Error(db.path().string() + " was recorded with event format " + meta["events_version"] +
                     "; this profinfer reads up to " + std::to_string(kEventsVersion) + ": use a newer profinfer");
     h.status = meta["status"];
@@ -72,7 +91,7 @@ RunHealth run_health(Database& db) {
         gethostname(host, sizeof host - 1);
         const bool here = meta["host"] == host;
         const std::string pid = meta["recorder_pid"], start = meta["recorder_start"];
-        if (here && !pid.empty() && std::to_string(process_start_time(std::stoi(pid))) != start) {
+        if (here && !pid.empty() && std::to_string(process_start_time(int(meta_integer(db, meta, "recorder_pid")))) != start) {
             h.status = to_string(RunStatus::Incomplete);
             h.reason = "the recorder (pid " + pid + ") ended without finishing the database";
         }
@@ -131,19 +150,44 @@ Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
     if (mode == Mode::ReadOnly && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
     // A connection is used by one thread at a time: no per-call mutex (measured in the
     // recorder's writer: 6.5 % of its CPU went to pthread_mutex_lock/unlock).
+    writer_ = mode == Mode::Create;
     int flags = SQLITE_OPEN_NOMUTEX | (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
                                                               : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW));
-    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-        sqlite3_close(db_);
-        throw Error("cannot open trace database " + path.string() + ": " + msg);
-    }
-    sqlite3_busy_timeout(db_, 2000);
+    auto open = [&](const std::string& name, int extra) {
+        if (sqlite3_open_v2(name.c_str(), &db_, flags | extra, nullptr) != SQLITE_OK) {
+            std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw Error("cannot open trace database " + path.string() + ": " + msg);
+        }
+        sqlite3_busy_timeout(db_, 2000);
+        try {
+            initialise(mode);
+        } catch (...) {
+            sqlite3_close(db_);  // a constructor that throws runs no destructor
+            db_ = nullptr;
+            throw;
+        }
+    };
     try {
-        initialise(mode);
-    } catch (...) {
-        sqlite3_close(db_);  // a constructor that throws runs no destructor
-        throw;
+        open(path.string(), 0);
+    } catch (const Error&) {
+        // A trace left in write-ahead-log mode (its recorder died) on a read-only medium:
+        // SQLite cannot make the -shm file it wants beside it. Nobody writes there, so it
+        // is read as immutable.
+        const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+        if (mode != Mode::ReadOnly || access(dir.c_str(), W_OK) == 0) throw;
+        std::string uri = "file:";
+        for (unsigned char c : std::filesystem::absolute(path).string()) {
+            if (std::isalnum(c) || std::strchr("/._-~", c)) {
+                uri += char(c);
+            } else {
+                char hex[4];
+                std::snprintf(hex, sizeof hex, "%%%02X", c);
+                uri += hex;
+            }
+        }
+        open(uri + "?immutable=1", SQLITE_OPEN_URI);
     }
 }
 
@@ -183,7 +227,12 @@ void Database::initialise(Mode mode) {
     }
 }
 
-Database::~Database() { sqlite3_close(db_); }
+Database::~Database() {
+    // A finished trace is one self-contained file: readers then leave no -wal or -shm beside
+    // it and can read it where they cannot write.
+    if (writer_) sqlite3_exec(db_, "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+}
 
 void Database::exec(const std::string& sql) {
     char* err = nullptr;

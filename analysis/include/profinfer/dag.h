@@ -33,7 +33,8 @@ struct Dag {
     std::string to_dot(Colour colour) const;
     nlohmann::json to_json() const;
     // Writes OUT as .dot, .json or .svg (graphviz dot), chosen by its extension.
-    void write(const std::filesystem::path& out, Colour colour) const;
+    // SOURCE: the trace it was built from (the output gets no wider permissions).
+    void write(const std::filesystem::path& out, Colour colour, const std::filesystem::path& source = {}) const;
 
 private:
     int ambiguous_ = 0;

@@ -5,15 +5,25 @@
 // full disk leaves the old file (or none) and an error, never a truncated result.
 #include <filesystem>
 #include <memory>
+#include <vector>
 #include <ostream>
 #include <streambuf>
 #include <string>
 
 namespace profinfer {
 
+//
+// What DESTINATION may be: a new name or a regular file (replaced whole, atomically); a
+// FIFO or a character device, directly or through a symlink (/dev/null, /dev/stdout, a
+// pipe: written into, never replaced). Anything else is refused in one line and left as
+// it is: a symlink to a file or to nothing (neither followed nor replaced), a block
+// device, a socket, a directory.
+//
+// CONTENT_OF: the files the output is made from (trace databases). A regular output gets
+// no more permission than any of them has (a 0600 trace's names stay private).
 class OutputFile {
 public:
-    explicit OutputFile(std::filesystem::path destination);
+    explicit OutputFile(std::filesystem::path destination, const std::vector<std::filesystem::path>& content_of = {});
     ~OutputFile();  // without commit(): the temporary file is removed
     OutputFile(const OutputFile&) = delete;
     OutputFile& operator=(const OutputFile&) = delete;
@@ -24,7 +34,8 @@ public:
     void commit();
 
     // Writes CONTENT to DESTINATION in one go (the same guarantees).
-    static void write(const std::filesystem::path& destination, const std::string& content);
+    static void write(const std::filesystem::path& destination, const std::string& content,
+                      const std::vector<std::filesystem::path>& content_of = {});
 
 private:
     class Buffer;

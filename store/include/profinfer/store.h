@@ -77,6 +77,7 @@ private:
     void initialise(Mode mode);  // schema (Create) or its version check (ReadOnly)
     std::filesystem::path path_;
     sqlite3* db_ = nullptr;
+    bool writer_ = false;  // made by us (Create): left in rollback-journal mode when closed
 };
 
 // Run status written to meta.status: recording is in progress; it ended normally;
@@ -99,6 +100,11 @@ struct RunHealth {
     int64_t lost_records = 0;                // records lost to a full ring buffer
 };
 RunHealth run_health(Database& db);
+// lost_events' kind for operator records of the graph under way when recording stopped
+// (an interrupted attach): cut at the end, not lost to a full ring buffer.
+inline constexpr const char* kOpsCutAtEnd = "op_cut_at_end";
+// META[KEY] as an integer; an error naming the database and the key when it is not one.
+int64_t meta_integer(const Database& db, const std::map<std::string, std::string>& meta, const std::string& key);
 // One line for stderr when the run is not complete or lost anything, else empty.
 std::string health_warning(const std::filesystem::path& path, const RunHealth& h);
 
