@@ -34,14 +34,15 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                                 "raw codes (r2a) or libpfm4 names; default at --level full: ") + kDefaultCounters);
     cmd->add_option("--qos-min-tps", opts->qos_min_tps,
                     "Detach the operator probes while decode is slower than this many tokens/s; re-attach when the "
-                    "untraced speed is 20% above it");
+                    "untraced speed is 20% above it")
+        ->check(number_in(0.001, std::numeric_limits<double>::infinity()));
     cmd->add_option("--budget", opts->budget_pct,
                     "Keep the operator level's cost under PCT % of decode time: operators are traced on windows of "
                     "4 whole decode calls, each begun once the budget earned so far covers what a window costs on "
                     "this run (measured from the calls' durations; the run starts with the operator probes out; "
                     "every call is traced when that fits); the untraced calls are listed in the DB and left out of "
                     "operator figures (--level op or full)")
-        ->check(CLI::Range(0.01, 100.0))
+        ->check(number_in(0.01, 100))
         ->excludes("--qos-min-tps");
     auto memory_limit = std::make_shared<std::string>();
     cmd->add_option("--memory-limit", *memory_limit,
@@ -75,6 +76,9 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         ->check(CLI::IsMember({"idle", "normal"}))
         ->capture_default_str();
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
+    cmd->add_flag("--stop-with-parent", opts->stop_with_parent,
+                  "Stop recording, as on SIGTERM (forwarded to a launched command), when the process that started "
+                  "profinfer dies: for harnesses, so that a killed one leaves nothing recording behind it");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
     cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit] {

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -200,15 +202,265 @@ TEST(TargetSafety, CommandThatExecsIsRecorded) {
     EXPECT_EQ(db.scalar("SELECT count(*) FROM tokens"), 8);
 }
 
-// A command that forks llama.cpp as a child is not followed (only the launched process
-// and what it execs are traced): profinfer says so, the child runs normally.
-TEST(TargetSafety, CommandThatForksSaysWhatWasNotTraced) {
+// A command that forks llama.cpp as a child (a shell, `timeout`): the child that loads
+// libllama is followed and recorded like a launched one, every node of every call.
+TEST(TargetSafety, CommandThatForksIsFollowed) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", "/bin/sh", "-c",
                   "\"$0\" \"$@\"; true", graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "8", "2"});
-    expect_one_line_failure(r, "never loaded libllama");
-    int calls = 0;
-    for (const auto& n : parse_graph_dump(r.out)) calls = std::max(calls, n.call + 1);
-    EXPECT_EQ(calls, 8);
+    ASSERT_EQ(r.status, 0) << r.err;
+    expect_calls_match_dump(r, d / "run.db", 8, 2);
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    auto meta = db.meta();
+    EXPECT_NE(meta["launched_pid"], "") << "the shell was the target";
+    EXPECT_NE(meta["launched_pid"], meta["pid"]);
+}
+
+namespace {
+// {"call":N} lines of llama_graph_dump --no-callback so far.
+int calls_printed(const fs::path& out) {
+    const std::string text = read_file(out);
+    int n = 0;
+    for (size_t at = text.find("{\"call\":"); at != std::string::npos; at = text.find("{\"call\":", at + 1)) ++n;
+    return n;
+}
+
+// A long run (the test ends it): llama_graph_dump without the eval callback.
+std::vector<std::string> long_dump(const fs::path& program = graph_dump_bin()) {
+    return {program, tiny_model("llama3.2-1b"), "Hello world", "200000", "2", "--no-callback"};
+}
+
+std::map<std::string, std::string> meta_of(const fs::path& db) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    return d.meta();
+}
+
+// Decode calls' operator records, per call (the calls recorded whole).
+std::vector<int64_t> ops_per_decode_call(const fs::path& db) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    std::vector<int64_t> v;
+    store::Statement st(d.handle(), "SELECT count(*) FROM thread_parts WHERE phase = 'decode' GROUP BY call ORDER BY call");
+    while (st.step()) v.push_back(st.column_int(0));
+    return v;
+}
+}  // namespace
+
+// The launched command ignores SIGINT: profinfer forwards the ^C and goes on recording for
+// as long as the command runs (it used to SIGKILL it 5 s later); a second ^C stops the
+// recording and leaves the command running, untraced, never killed.
+TEST(TargetSafety, ACommandThatIgnoresTheSignalIsNeverKilled) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    std::vector<std::string> argv{profinfer_bin(), "record", "--level", "token", "-o", d / "run.db", "--", "/bin/bash",
+                                  "-c", "trap '' INT TERM; exec \"$0\" \"$@\""};
+    for (const auto& a : long_dump()) argv.push_back(a);
+    pid_t prof = spawn(argv, d / "out", d / "err");
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 2; }, 60s))
+        << read_file(d / "err");
+    const pid_t target = launched_child(prof, "llama_graph_dum");
+    ASSERT_GT(target, 0);
+    kill(prof, SIGINT);
+    EXPECT_FALSE(reap(prof, 8s)) << "profinfer ended while its command still ran: " << read_file(d / "err");
+    ASSERT_NE(state_of(target), 0) << "the command is gone";
+    EXPECT_NE(state_of(target), 'Z') << "the command was killed";
+    const int64_t recorded = scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens");
+    kill(prof, SIGINT);
+    auto st = reap(prof, 30s);
+    ASSERT_TRUE(st) << "a second ^C did not end profinfer";
+    EXPECT_EQ(*st, 128 + SIGINT);
+    const int before = calls_printed(d / "out");
+    EXPECT_TRUE(wait_until([&] { return calls_printed(d / "out") > before + 100; }, 60s)) << "the command stopped running";
+    EXPECT_NE(state_of(target), 'Z');
+    kill(target, SIGKILL);  // the test's own cleanup: it would run for minutes
+    reap(target, 30s);
+    auto meta = meta_of(d / "run.db");
+    EXPECT_EQ(meta["status"], "incomplete");
+    EXPECT_NE(meta["error"].find("had not exited"), std::string::npos) << meta["error"];
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    EXPECT_GE(db.scalar("SELECT count(*) FROM tokens"), recorded) << "recording went on after the first ^C";
+}
+
+// profinfer stopped (^Z, SIGSTOP) while the command waits at one of its loader stops: the
+// guardian resumes the command, which runs to its end while profinfer is still stopped;
+// the run says what that cost (libraries loaded meanwhile ran untraced until it went on).
+TEST(TargetSafety, AStoppedRecorderNeverFreezesTheTarget) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_release_bin(),
+                        tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
+                       d / "out", d / "err");
+    pid_t target = 0;
+    bool caught = wait_until(
+        [&] {
+            if (!target) target = launched_child(prof, "llama_graph_dum");
+            if (!target || (state_of(target) != 't' && state_of(target) != 'T')) return false;
+            kill(prof, SIGSTOP);
+            wait_until([&] { return state_of(prof) == 'T'; }, 2s);
+            if (state_of(target) == 'T') return true;  // held by us, with profinfer stopped
+            kill(prof, SIGCONT);
+            return false;
+        },
+        60s);
+    ASSERT_TRUE(caught) << "never saw the command at a loader stop: " << read_file(d / "err");
+    // The command finishes while profinfer stays stopped.
+    const bool finished = wait_until([&] { return state_of(target) == 'Z' || state_of(target) == 0; }, 60s);
+    const char left = state_of(target);
+    kill(prof, SIGCONT);
+    ASSERT_TRUE(finished) << "the command stayed in state " << left << " while profinfer was stopped";
+    auto st = reap(prof, 60s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(calls_in_dump(d / "out"), 16);
+    ASSERT_TRUE(fs::exists(d / "run.db")) << read_file(d / "err");
+    auto meta = meta_of(d / "run.db");
+    EXPECT_EQ(meta["status"], "incomplete");
+    EXPECT_NE(meta["error"].find("guardian resumed"), std::string::npos) << meta["error"];
+}
+
+// The user stopped the target; then profinfer died: the guardian leaves the target as the
+// user left it (it resumes only a stop of its own).
+TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    pid_t target = spawn(long_dump(), d / "out");
+    ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
+    kill(target, SIGSTOP);
+    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, 5s));
+    kill(prof, SIGKILL);
+    ASSERT_TRUE(reap(prof, 10s));
+    EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
+    std::this_thread::sleep_for(1s);
+    EXPECT_EQ(state_of(target), 'T') << "the guardian resumed a target the user had stopped";
+    kill(target, SIGKILL);
+    kill(target, SIGCONT);
+    reap(target, 30s);
+}
+
+// A launched command whose llama.cpp runs in a PID namespace of its own: recorded like
+// one outside — the same nodes of every call.
+TEST(TargetSafety, CommandInItsOwnPidNamespaceIsRecorded) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", "unshare", "--pid", "--fork",
+                  "--mount-proc", graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "8", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    expect_calls_match_dump(r, d / "run.db", 8, 2);
+}
+
+// Attached by its host pid to a process in another PID namespace (how a container's
+// process is seen from the host): the same operators per decode call as outside.
+TEST(TargetSafety, AttachByHostPidIntoAPidNamespace) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    auto outside = run({profinfer_bin(), "record", "--level", "op", "-o", d / "outside.db", "--", graph_dump_bin(),
+                        tiny_model("llama3.2-1b"), "Hello world", "16", "2", "--no-callback"});
+    ASSERT_EQ(outside.status, 0) << outside.err;
+    std::vector<std::string> argv{"unshare", "--pid", "--fork", "--mount-proc"};
+    for (const auto& a : long_dump()) argv.push_back(a);
+    pid_t unshare = spawn(argv, d / "out");
+    ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
+    const auto inner = children_of(unshare);
+    ASSERT_EQ(inner.size(), 1u);
+    const pid_t host_pid = inner[0];
+    EXPECT_NE(read_file("/proc/" + std::to_string(host_pid) + "/status").find("NSpid:\t" + std::to_string(host_pid) + "\t1"),
+              std::string::npos)
+        << "not pid 1 of a namespace of its own";
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "inside.db", "--pid", std::to_string(host_pid)},
+                       {}, d / "err");
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "inside.db", "SELECT count(*) FROM tokens") > 20; }, 60s))
+        << read_file(d / "err");
+    kill(prof, SIGINT);
+    ASSERT_TRUE(reap(prof, 30s));
+    kill(unshare, SIGKILL);
+    kill(host_pid, SIGKILL);
+    reap(unshare, 30s);
+    const auto in = ops_per_decode_call(d / "inside.db"), out = ops_per_decode_call(d / "outside.db");
+    ASSERT_GT(in.size(), 5u);
+    ASSERT_GT(out.size(), 5u);
+    // Calls recorded whole (not the first or last, which the attach and the stop may cut).
+    for (size_t i = 1; i + 1 < in.size(); ++i) EXPECT_EQ(in[i], out[1]) << "call " << i;
+}
+
+// Stopping an attach mid-graph cuts that graph: said as such, not as records lost to a
+// full ring buffer (with advice to raise it).
+TEST(TargetSafety, AnAttachStoppedMidGraphSaysCutNotLost) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    pid_t target = spawn(long_dump(), d / "out");
+    ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)},
+                       {}, d / "err");
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 20; }, 60s));
+    kill(prof, SIGINT);
+    ASSERT_TRUE(reap(prof, 30s));
+    kill(target, SIGKILL);
+    reap(target, 30s);
+    const std::string err = read_file(d / "err");
+    EXPECT_EQ(err.find("ring buffer"), std::string::npos) << err;
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events WHERE kind = 'op'"), 0);
+    EXPECT_EQ(store::run_health(db).lost_records, 0);
+}
+
+// kill -9 of profinfer while the BPF objects load: the command never ran and nothing was
+// recorded, so no database is left (it said "the target was resumed untraced").
+TEST(TargetSafety, KillNineDuringLoadLeavesNoDatabase) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    const fs::path marker = d / "ran";
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "full", "-o", d / "run.db", "--", "/bin/sh", "-c",
+                        "echo ran > " + marker.string()},
+                       {}, d / "err");
+    // Loading: the guardian and the held command forked, the database made.
+    ASSERT_TRUE(wait_until(
+        [&] { return children_of(prof).size() >= 2 && scalar_or_zero(d / "run.db", "SELECT count(*) FROM meta") > 0; },
+        10s));
+    kill(prof, SIGKILL);
+    ASSERT_TRUE(reap(prof, 10s));
+    EXPECT_TRUE(wait_until([&] { return !fs::exists(d / "run.db"); }, 10s))
+        << "a database was left for a command that never ran: " << meta_of(d / "run.db")["error"];
+    std::this_thread::sleep_for(200ms);
+    EXPECT_FALSE(fs::exists(marker)) << "the command ran untraced";
+}
+
+// A recording is one self-contained file: no -wal or -shm beside it once done, and
+// reading it leaves none either.
+TEST(TargetSafety, ATraceIsOneFileAndReadingItLeavesNothing) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_bin(),
+                  tiny_model("llama3.2-1b"), "Hello world", "4", "2", "--no-callback"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (const char* cmd : {"info", "stat"}) EXPECT_EQ(run({profinfer_bin(), cmd, d / "run.db"}).status, 0) << cmd;
+    for (const auto& f : fs::directory_iterator(d.path())) EXPECT_EQ(f.path().filename(), "run.db");
+}
+
+// --memory-limit and profinfer killed: the cgroup goes once the command has ended.
+TEST(TargetSafety, KillNineLeavesNoMemoryCgroup) {
+    PROFINFER_REQUIRE_BPF();
+    const bool v1 = fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    if (!v1 && !fs::exists("/sys/fs/cgroup/cgroup.controllers")) GTEST_SKIP() << "skipped: no memory cgroup on this machine";
+    Subreaper reaper;
+    TempDir d;
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "token", "--memory-limit", "256M", "-o", d / "run.db", "--",
+                        graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "3000", "2", "--no-callback"},
+                       d / "out");
+    const fs::path cg = fs::path(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") / ("profinfer-" + std::to_string(prof));
+    ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
+    ASSERT_TRUE(fs::exists(cg));
+    const pid_t target = launched_child(prof, "llama_graph_dum");
+    kill(prof, SIGKILL);
+    ASSERT_TRUE(reap(prof, 10s));
+    auto st = reap(target, 300s);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(*st, 0);
+    EXPECT_TRUE(wait_until([&] { return !fs::exists(cg); }, 10s)) << cg << " was left behind";
 }

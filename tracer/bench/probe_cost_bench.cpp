@@ -56,7 +56,7 @@ struct Probe {
     explicit Probe(Mode mode) {
         skel = tracer_bpf__open();
         if (!skel) return;
-        skel->rodata->target_tgid = uint32_t(getpid());
+        skel->bss->target_tgid = uint32_t(getpid());
         skel->rodata->trace_ops = true;
         skel->rodata->ablate = mode == Trap || mode == EndbrEntry ? PI_ABLATE_TRAP : PI_ABLATE_NONE;
         bpf_map__set_max_entries(skel->maps.events, 64u << 20);

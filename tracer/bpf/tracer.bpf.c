@@ -11,8 +11,27 @@
 char LICENSE[] SEC("license") = "GPL";
 
 /* Only this process is traced (uprobes are attached per pid too; this guards the
- * shared handlers against any other mapping of the same library). */
-const volatile __u32 target_tgid = 0;
+ * shared handlers against any other mapping of the same library). Written by user space:
+ * a launched command's process at first, then — follow_children — the first process of
+ * its tree seen to load libllama (a wrapper that forks: `unshare --pid --fork`,
+ * `timeout`, a shell). Global pids, whatever PID namespace the target lives in. */
+__u32 target_tgid = 0;
+const volatile bool follow_children = false;
+/* Set by user space once the target has loaded libllama: no more following. */
+bool target_chosen = false;
+/* Processes of the launched command's tree (forked from the target or from each other)
+ * while no target is chosen: their loader stops hold them too, so that user space can
+ * look at what they loaded before their code runs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} followed SEC(".maps");
+/* Followers held at a loader stop, by tgid % PI_HELD_SLOTS: user space (and the guardian
+ * process, through its mapping of this .bss) resumes each and clears its slot. */
+#define PI_HELD_SLOTS 8
+__u32 held_followers[PI_HELD_SLOTS] = {};
 /* Stop the target when the dynamic loader changes its link map, so that user space can
  * attach to a just-loaded library before any of its code runs. */
 const volatile bool stop_on_library_load = false;
@@ -53,9 +72,13 @@ struct {
 __u64 lost_events[PI_EV_KIND_MAX] = {};
 __u64 dropped[PI_DROP_KIND_MAX] = {};
 /* SIGSTOPs sent at loader stops, counted after each is sent: user space resumes the
- * target whenever it sees this move (the library record is only the wake-up), and once
- * more on every exit path if it moved since. */
+ * target whenever it sees this move past library_resumes (the library record is only the
+ * wake-up), and once more on every exit path if it did. The two resume counts are
+ * written by user space only: the recorder's, and the guardian process's (which maps
+ * this .bss and resumes a target held while profinfer is stopped or dead). */
 __u64 library_stops = 0;
+__u64 library_resumes = 0;
+__u64 guardian_resumes = 0;
 /* Operator probes are live only while this is set (the operator gate — QoS, budget —
  * clears it before detaching them and sets it after re-attaching them). */
 bool ops_enabled = true;
@@ -935,8 +958,14 @@ SEC("uprobe")
 int BPF_KPROBE(dl_debug_state)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_target(pid_tgid) || !stop_on_library_load)
+	__u32 tgid = pid_tgid >> 32;
+	if (!stop_on_library_load)
 		return 0;
+	if (!is_target(pid_tgid)) {
+		if (!follow_children || target_chosen || !bpf_map_lookup_elem(&followed, &tgid))
+			return 0;
+		held_followers[tgid & (PI_HELD_SLOTS - 1)] = tgid;
+	}
 	/* Order matters: the stop is generated (synchronously here, interrupts are on in a
 	 * uprobe) and counted before user space can hear of it, so the SIGCONT it sends on
 	 * seeing the count or the record always comes after the SIGSTOP and cancels it. The
@@ -1061,6 +1090,22 @@ PI_GPU_SPAN(vk_fence_wait, PI_GPU_FENCE_WAIT)
 PI_GPU_SPAN(vk_synchronize, PI_GPU_SYNC)
 
 /* ---------------------------------------------------------------- thread exit */
+
+/* A process forked by the target or by one of its followers, while none has loaded
+ * libllama: followed (threads are not processes: pid != tgid). */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (!follow_children || target_chosen)
+		return 0;
+	__u32 ptgid = parent->tgid, ctgid = child->tgid, one = 1;
+	if (child->pid != child->tgid)
+		return 0;
+	if (ptgid != target_tgid && !bpf_map_lookup_elem(&followed, &ptgid))
+		return 0;
+	bpf_map_update_elem(&followed, &ctgid, &one, BPF_ANY);
+	return 0;
+}
 
 /* A thread's slots go with it: the release builds start a worker thread per graph, so a
  * long-running server would otherwise fill the maps with dead threads. A worker exits

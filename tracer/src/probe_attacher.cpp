@@ -187,9 +187,12 @@ void ProbeAttacher::record_probe(const std::string& symbol, const std::string& l
     st.run();
 }
 
-void ProbeAttacher::attach_loader_watch() {
-    fs::path ld = own_dynamic_loader();
+void ProbeAttacher::attach_loader_watch(bool every_process) {
+    fs::path ld = every_process ? own_dynamic_loader() : dynamic_loader_of(pid_);
+    const pid_t target = pid_;
+    if (every_process) pid_ = -1;
     bpf_link* l = attach_uprobe(skel_->progs.dl_debug_state, ld, "_dl_debug_state", false, 0);
+    pid_ = target;
     int err = l ? 0 : errno;
     record_probe("_dl_debug_state", ld, "uprobe", l != nullptr, l ? "" : std::strerror(err));
     if (!l && (err == EACCES || err == EPERM))

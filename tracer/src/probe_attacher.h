@@ -37,8 +37,13 @@ public:
     const GgmlLayout& layout() const { return layout_; }
 
     void attach_tracepoint(bpf_program* prog, const char* name);
-    // The dynamic loader's _dl_debug_state, so that libraries loaded later are seen.
-    void attach_loader_watch();
+    // The dynamic loader's _dl_debug_state, so that libraries loaded later are seen: the
+    // target's (its loader, in its own root), or — EVERY_PROCESS, for a launched command
+    // whose children are followed — ours, in every process that maps it (the BPF side
+    // keeps the target's tree only).
+    void attach_loader_watch(bool every_process = false);
+    // The target is now PID (a process the launched command forked).
+    void retarget(pid_t pid) { pid_ = pid; }
     // Looks at the target's mappings and attaches to every library not seen before.
     // Throws when a probe the level needs cannot be had.
     void attach_new_libraries();

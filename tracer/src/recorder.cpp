@@ -4,12 +4,14 @@
 #include <bpf/libbpf.h>
 #include <signal.h>
 #include <linux/perf_event.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -100,8 +102,12 @@ static_assert(PI_EVENTS_VERSION == store::kEventsVersion, "the store must know t
 
 namespace {
 
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+std::atomic<int> g_stop_signal{0};  // the last stop signal
+std::atomic<int> g_stop_signals{0};  // how many arrived
+extern "C" void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    ++g_stop_signals;
+}
 
 // Installed before anything else happens: a ^C or SIGTERM while the BPF objects load
 // must reach our cleanup (which resumes or releases the target), not kill us mid-way.
@@ -176,10 +182,7 @@ std::string read_cmdline(pid_t pid) {
 class Recorder {
 public:
     explicit Recorder(const RecordOptions& o)
-        : opts_(o), db_(create_store(o.output)) {
-        if (o.qos_min_tps > 0 && o.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
-        if (o.budget_pct > 0 && o.level < TraceLevel::Op)
-            throw Error("--budget needs --level op or full (it samples the operator level)");
+        : opts_(o), guardian_(std::make_unique<TargetGuardian>(o.output)), db_(create_store(o.output, *guardian_)) {
         if (o.qos_min_tps > 0) gate_ = std::make_unique<QosController>(o.qos_min_tps);
         if (o.budget_pct > 0) {
             auto b = std::make_unique<BudgetController>(o.budget_pct);
@@ -232,15 +235,27 @@ public:
             }
         }
         set_meta("pid", std::to_string(pid_));
-        guardian_ = std::make_unique<TargetGuardian>(pid_, opts_.output);
+        guardian_->set_target(pid_);
+        if (cgroup_) guardian_->set_cgroup(cgroup_->path());
         throw_if_stopped("before recording started");
         open_counters();
         load_bpf();
+        {
+            auto* base = reinterpret_cast<const char*>(skel_->bss);
+            auto at = [&](const void* field) { return size_t(static_cast<const char*>(field) - base); };
+            const size_t page = size_t(sysconf(_SC_PAGESIZE));
+            guardian_->watch_stops(bpf_map__fd(skel_->maps.bss),
+                                   (bpf_map__value_size(skel_->maps.bss) + page - 1) / page * page,
+                                   {at(&skel_->bss->library_stops), at(&skel_->bss->library_resumes),
+                                    at(&skel_->bss->guardian_resumes), at(&skel_->bss->held_followers[0]),
+                                    std::size(skel_->bss->held_followers)});
+        }
         // The budget starts with the operator probes out: a window begins once it is paid for.
         if (budget_) probes_->set_ops_attached(false);
         writer_ = std::make_unique<TraceWriter>(*db_, probes_->layout(), opts_.sched_peers);
         consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(skel_->maps.events), *writer_, gate_.get(), *probes_);
-        probes_->attach_loader_watch();
+        guardian_->started();
+        probes_->attach_loader_watch(child_ != nullptr);
         if (opts_.pid) {
             probes_->attach_new_libraries();
             if (!probes_->seen_role(LibRole::Llama))
@@ -256,8 +271,7 @@ public:
         priority_ = std::make_unique<ConsumerPriority>(
             idle ? ConsumerPriority::Mode::Idle : ConsumerPriority::Mode::Normal,
             bpf_map__fd(skel_->maps.events), opts_.buffer_kb << 10, [this] {
-                return g_stop_signal.load() != 0 ||
-                       __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE) != stops_resumed_.load();
+                return g_stop_signal.load() != 0 || target_held();
             });
         set_meta("consumer", idle ? "idle" : "normal");
         int status = poll_until_exit();
@@ -295,8 +309,9 @@ public:
 
 private:
 
-    static std::unique_ptr<store::Database> create_store(const fs::path& path) {
+    static std::unique_ptr<store::Database> create_store(const fs::path& path, TargetGuardian& guardian) {
         create_private_file(path);
+        guardian.created_database();
         try {
             return std::make_unique<store::Database>(path, store::Database::Mode::Create);
         } catch (...) {
@@ -319,9 +334,49 @@ private:
     void release_target() {
         close_wait_sampler();
         if (probes_) probes_->detach_all();
-        if (skel_ && pid_ > 0 && skel_->bss->library_stops != stops_resumed_) {
-            stops_resumed_ = skel_->bss->library_stops;
-            kill(pid_, SIGCONT);
+        resume_if_held();
+    }
+
+    // A loader stop of ours holds the target (the kernel side stopped it more often than
+    // it was resumed, by us or by the guardian).
+    bool target_held() const {
+        return skel_ && __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE) !=
+                            __atomic_load_n(&skel_->bss->library_resumes, __ATOMIC_ACQUIRE);
+    }
+
+    // Only a stop of ours is undone: a target somebody else stopped stays stopped.
+    void resume_if_held() {
+        if (!target_held() || pid_ <= 0) return;
+        __atomic_store_n(&skel_->bss->library_resumes, __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE),
+                         __ATOMIC_RELEASE);
+        for (auto& slot : skel_->bss->held_followers)
+            if (const pid_t f = pid_t(__atomic_exchange_n(&slot, 0u, __ATOMIC_ACQ_REL)); f && f != pid_) kill(f, SIGCONT);
+        kill(pid_, SIGCONT);
+    }
+
+    // A launched command that forks (`unshare --pid --fork`, `timeout`, a shell): the
+    // first process of its tree held at a loader stop with libllama loaded becomes the
+    // target; its probes go in before it runs on.
+    void adopt_follower() {
+        if (!child_ || skel_->bss->target_chosen) return;
+        for (const auto& slot : skel_->bss->held_followers) {
+            const pid_t f = pid_t(__atomic_load_n(&slot, __ATOMIC_ACQUIRE));
+            if (!f || f == pid_) continue;
+            bool llama = false;
+            try {
+                for (const auto& lib : mapped_libraries(f)) llama |= lib.role == LibRole::Llama;
+            } catch (const Error&) {
+                continue;  // gone already
+            }
+            if (!llama) continue;
+            set_meta("launched_pid", std::to_string(pid_));
+            pid_ = f;
+            __atomic_store_n(&skel_->bss->target_tgid, uint32_t(f), __ATOMIC_RELEASE);
+            probes_->retarget(f);
+            guardian_->set_target(f);
+            set_meta("pid", std::to_string(f));
+            set_meta("target_command", read_cmdline(f));
+            return;
         }
     }
 
@@ -340,12 +395,13 @@ private:
         return std::max<int64_t>(sum, 0);
     }
 
+    // Records of the graph under way when the probes went (an interrupted attach) are cut,
+    // not lost to a full buffer: stored as their own kind.
     void store_loss_counts() {
         store::Statement st(db_->handle(), "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)");
         for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k)
-            st.bind(1, std::string(kind_name(k)))
-                .bind(2, int64_t(skel_->bss->lost_events[k]) + (k == PI_EV_OP ? ops_still_pending() : 0))
-                .run();
+            st.bind(1, std::string(kind_name(k))).bind(2, int64_t(skel_->bss->lost_events[k])).run();
+        st.bind(1, std::string(store::kOpsCutAtEnd)).bind(2, ops_still_pending()).run();
         for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
             st.bind(1, std::string(drop_name(k))).bind(2, int64_t(skel_->bss->dropped[k])).run();
         st.bind(1, std::string("malformed")).bind(2, int64_t(writer_->malformed())).run();
@@ -380,7 +436,8 @@ private:
         libbpf_set_print(libbpf_print);
         skel_ = tracer_bpf__open();
         if (!skel_) throw_errno("opening the BPF object");
-        skel_->rodata->target_tgid = pid_;
+        skel_->bss->target_tgid = pid_;
+        skel_->rodata->follow_children = child_ != nullptr;
         skel_->rodata->stop_on_library_load = true;
         skel_->rodata->capture_experts = opts_.level == TraceLevel::Full;
         skel_->rodata->trace_ops = opts_.level == TraceLevel::Op || opts_.level == TraceLevel::Full;
@@ -441,6 +498,7 @@ private:
         if (want_switch) set_meta("sched_switch_program", four_args && three_args ? "both" : three_args ? "3arg" : "4arg");
         bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
         bpf_program__set_autoload(skel_->progs.wait_sample, probes_->wait_samples());
+        bpf_program__set_autoload(skel_->progs.follow_fork, child_ != nullptr);
         int err = tracer_bpf__load(skel_);
         if (err) {
             if (err == -EPERM || err == -EACCES)
@@ -460,7 +518,8 @@ private:
         for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
                                   std::pair{skel_->progs.sched_switch_3arg, "sched_switch"},
                                   std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
-                                  std::pair{skel_->progs.thread_exit, "sched_process_exit"}}) {
+                                  std::pair{skel_->progs.thread_exit, "sched_process_exit"},
+                                  std::pair{skel_->progs.follow_fork, "sched_process_fork"}}) {
             if (bpf_program__autoload(prog)) probes_->attach_tracepoint(prog, name);
         }
     }
@@ -551,7 +610,7 @@ private:
     int poll_until_exit() {
         using clock = std::chrono::steady_clock;
         auto last_commit = clock::now();
-        std::optional<clock::time_point> forwarded_at;
+        int forwarded = 0;  // stop signals seen when we forwarded the first
         for (;;) {
             if (recording_error_.empty()) {
                 try {
@@ -560,17 +619,20 @@ private:
                     // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
                     // also when the record was lost.
                     const bool library_record = consumer_->take_library_changed();
-                    const uint64_t stops = __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE);
-                    if (library_record || stops != stops_resumed_) {
+                    if (library_record || target_held()) {
+                        adopt_follower();
                         probes_->attach_new_libraries();
-                        stops_resumed_ = stops;
-                        kill(pid_, SIGCONT);
+                        if (probes_->seen_role(LibRole::Llama)) skel_->bss->target_chosen = true;
+                        resume_if_held();
                     }
                     apply_qos();
                     if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
                 } catch (const Error& e) {
-                    if (!child_) throw;  // an attached process: release it (the guard does) and say why
-                    stop_recording(e.what());
+                    // The target ended under our feet (attaching to what it just mapped): the
+                    // exit check below ends the recording as usual.
+                    const bool ended = !process_exists(pid_) || process_state(pid_) == 'Z';
+                    if (!ended && !child_) throw;  // an attached process: release it (the guard does) and say why
+                    if (!ended) stop_recording(e.what());
                 }
             } else {
                 poll(nullptr, 0, 50);
@@ -580,17 +642,24 @@ private:
                     interrupted_by_ = sig;
                     return -1;
                 }
-                if (!forwarded_at) {
+                // The first is forwarded, like any wrapper does, and we wait for the command
+                // however long it takes to end; a second one stops the recording and leaves
+                // the command running untraced (profinfer never kills what it started).
+                if (!forwarded) {
                     interrupted_by_ = sig;
                     child_->signal(sig);
-                    kill(pid_, SIGCONT);
-                    forwarded_at = clock::now();
-                } else if (clock::now() - *forwarded_at > std::chrono::seconds(5)) {
-                    child_->signal(SIGKILL);
+                    resume_if_held();  // a command held at a loader stop must see the signal
+                    forwarded = g_stop_signals.load();
+                } else if (g_stop_signals.load() > forwarded) {
+                    left_running_ = true;
+                    return -1;
                 }
             }
             if (child_) {
-                if (auto st = child_->poll_exit()) return *st;
+                // A target it forked may outlive the launched command (`cmd &`): both end first.
+                if (auto st = child_->poll_exit(); st && (pid_ == child_->pid() || !process_exists(pid_) ||
+                                                          process_state(pid_) == 'Z'))
+                    return *st;
             } else if (!process_exists(pid_) || process_state(pid_) == 'Z') {
                 return -1;
             }
@@ -609,20 +678,37 @@ private:
         ended_ = true;
         writer_->begin();
         store_loss_counts();
-        uint64_t lost_total = ops_still_pending();
+        const int64_t cut = ops_still_pending();
+        uint64_t lost_total = 0;
         for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) lost_total += skel_->bss->lost_events[k];
+        const uint64_t guardian_resumes = skel_->bss->guardian_resumes;
         bool killed = status > 128;
-        store::RunStatus rs =
-            (interrupted_by_ || killed || lost_total) ? store::RunStatus::Incomplete : store::RunStatus::Complete;
+        store::RunStatus rs = (interrupted_by_ || killed || lost_total || cut || guardian_resumes)
+                                  ? store::RunStatus::Incomplete
+                                  : store::RunStatus::Complete;
         if (status >= 0) set_meta("target_exit_status", std::to_string(status));
         if (interrupted_by_) set_meta("interrupted_by", strsignal(interrupted_by_));
-        if (lost_total) set_meta("error", std::to_string(lost_total) + " records lost (ring buffer full)");
+        std::string error;
+        if (lost_total) error = std::to_string(lost_total) + " records lost (ring buffer full)";
+        if (left_running_)
+            error += std::string(error.empty() ? "" : "; ") + "the command (pid " + std::to_string(pid_) +
+                     ") had not exited after " + strsignal(interrupted_by_) +
+                     "; recording stopped at a second signal and it ran on untraced";
+        if (guardian_resumes)
+            error += std::string(error.empty() ? "" : "; ") + "profinfer was stopped while the target waited at " +
+                     std::to_string(guardian_resumes) +
+                     " loader stop(s): the guardian resumed it, the libraries loaded then ran untraced until profinfer "
+                     "went on";
+        if (!error.empty()) set_meta("error", error);
         // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
         set_meta("sched_peer_ids_removed", std::to_string(writer_->peers_removed()));
         set_meta("ended_at", std::to_string(std::time(nullptr)));
         set_meta("status", store::to_string(rs));
         writer_->commit();
-        if (!probes_->seen_role(LibRole::Llama)) throw Error("the target never loaded libllama: is it a llama.cpp program?");
+        if (!probes_->seen_role(LibRole::Llama))
+            throw Error(opts_.pid ? "the target never loaded libllama: is it a llama.cpp program?"
+                                  : "the command (nor any process it started) never loaded libllama: is it a llama.cpp "
+                                    "program?");
         if (!opts_.quiet) {
             std::cerr << "profinfer: recorded";
             for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
@@ -632,14 +718,24 @@ private:
             if (lost_total)
                 std::cerr << "profinfer: warning: " << lost_total
                           << " events were lost (ring buffer full): raise --buffer-mb or lower --level\n";
+            if (cut)
+                std::cerr << "profinfer: " << cut
+                          << " operator records of the graph under way when recording stopped were cut\n";
+            if (left_running_)
+                std::cerr << "profinfer: the command (pid " << pid_ << ") had not exited after "
+                          << strsignal(interrupted_by_) << "; it runs on untraced\n";
+            if (guardian_resumes)
+                std::cerr << "profinfer: warning: " << error.substr(error.find("profinfer was stopped")) << "\n";
             for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
                 if (uint64_t n = skel_->bss->dropped[k])
                     std::cerr << "profinfer: warning: " << n << " " << drop_name(k) << "\n";
         }
+        if (left_running_) return 128 + interrupted_by_;
         return status > 0 ? status : 0;
     }
 
     RecordOptions opts_;
+    std::unique_ptr<TargetGuardian> guardian_;  // before the database: it removes one never used
     std::unique_ptr<store::Database> db_;
     std::unique_ptr<OperatorGate> gate_;  // --qos-min-tps or --budget, if given
     BudgetController* budget_ = nullptr;  // gate_, when it is the budget
@@ -651,26 +747,35 @@ private:
     std::unique_ptr<ProbeAttacher> probes_;
     std::unique_ptr<MemoryCgroup> cgroup_;  // before child_: removed after the command is gone
     std::unique_ptr<LaunchedProcess> child_;
-    std::unique_ptr<TargetGuardian> guardian_;
     pid_t pid_ = -1;
-    std::atomic<uint64_t> stops_resumed_{0};  // library_stops when we last sent SIGCONT
     std::unique_ptr<ConsumerPriority> priority_;
     std::vector<bpf_link*> sample_links_;
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;
+    bool left_running_ = false;  // a second stop signal: the launched command runs on untraced
 };
 
 }  // namespace
 
 int record(const RecordOptions& opts) {
     install_stop_handlers();
+    if (opts.stop_with_parent) {
+        const pid_t parent = getppid();
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) raise(SIGTERM);  // it died before we asked
+    }
     // Everything that can be refused is refused before a database exists.
     if (!opts.pid && opts.command.empty()) throw Error("record needs --pid PID or a command after --");
     if (opts.pid && !opts.command.empty()) throw Error("record takes --pid PID or a command, not both");
     if (opts.pid && (*opts.pid <= 0 || !process_exists(*opts.pid)))
         throw Error("no process with pid " + std::to_string(*opts.pid));
     if (opts.pid && *opts.pid == getpid()) throw Error("profinfer cannot record itself");
+    if (opts.qos_min_tps > 0 && opts.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
+    if (opts.budget_pct > 0 && opts.level < TraceLevel::Op)
+        throw Error("--budget needs --level op or full (it samples the operator level)");
+    if (!(opts.budget_pct >= 0 && opts.budget_pct <= 100) || !(opts.qos_min_tps >= 0) || std::isinf(opts.qos_min_tps))
+        throw Error("--budget must be 0.01 to 100 and --qos-min-tps a positive number");
     if (!opts.command.empty()) check_command(opts.command.front());
     // The kernel wants a power-of-two number of pages; a ring of 1 GiB is plenty.
     const size_t page_kb = size_t(sysconf(_SC_PAGESIZE)) >> 10;

@@ -1,6 +1,8 @@
 #include "target.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <set>
@@ -36,9 +38,21 @@ LibRole classify_library(const fs::path& path) {
     return LibRole::Other;
 }
 
+namespace {
+// Where PID's files are for us: its paths as they are when it shares our root, else under
+// /proc/PID/root (a container's own root filesystem).
+std::string root_of(pid_t pid) {
+    const std::string root = "/proc/" + std::to_string(pid) + "/root";
+    struct stat theirs{}, ours{};
+    if (::stat(root.c_str(), &theirs) != 0 || ::stat("/", &ours) != 0) return "";
+    return theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino ? "" : root;
+}
+}  // namespace
+
 std::vector<MappedLibrary> mapped_libraries(pid_t pid) {
     std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
     if (!maps) throw Error("cannot read /proc/" + std::to_string(pid) + "/maps: no such process, or no permission");
+    const std::string root = root_of(pid);
     std::vector<MappedLibrary> out;
     std::set<std::string> seen;
     std::string line;
@@ -52,6 +66,7 @@ std::vector<MappedLibrary> mapped_libraries(pid_t pid) {
         const auto dash = range.find('-');
         const MappedLibrary::Segment seg{std::stoull(range.substr(0, dash), nullptr, 16),
                                          std::stoull(range.substr(dash + 1), nullptr, 16), std::stoull(offset, nullptr, 16)};
+        path = root + path;
         if (seen.insert(path).second) out.push_back({path, classify_library(path), {}});
         for (auto& lib : out)
             if (lib.path == path) lib.exec.push_back(seg);
@@ -65,13 +80,16 @@ uint64_t MappedLibrary::address_of(uint64_t file_offset) const {
     return 0;
 }
 
-fs::path own_dynamic_loader() {
-    for (const auto& lib : mapped_libraries(getpid())) {
+fs::path dynamic_loader_of(pid_t pid) {
+    for (const auto& lib : mapped_libraries(pid)) {
         auto n = lib.path.filename().string();
         if (n.rfind("ld-linux", 0) == 0 || n.rfind("ld64", 0) == 0 || n.rfind("ld-", 0) == 0) return lib.path;
     }
-    throw Error("cannot find the dynamic loader in /proc/self/maps (is profinfer linked statically?)");
+    throw Error("cannot find the dynamic loader in /proc/" + std::to_string(pid) +
+                "/maps (a statically linked program? profinfer needs llama.cpp's shared libraries)");
 }
+
+fs::path own_dynamic_loader() { return dynamic_loader_of(getpid()); }
 
 bool process_exists(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 

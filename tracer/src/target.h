@@ -31,6 +31,8 @@ std::vector<MappedLibrary> mapped_libraries(pid_t pid);
 
 // The dynamic loader this process runs under; programs we launch use the same one.
 std::filesystem::path own_dynamic_loader();
+// The dynamic loader PID runs (a path we can open: in its root, see mapped_libraries).
+std::filesystem::path dynamic_loader_of(pid_t pid);
 
 bool process_exists(pid_t pid);
 // The state letter of /proc/PID/stat (R, S, T, Z, ...), or 0 if the process is gone.

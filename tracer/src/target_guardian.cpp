@@ -4,11 +4,16 @@
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include "profinfer/error.h"
@@ -29,7 +34,7 @@ void mark_incomplete(const char* db_path) {
         sqlite3_exec(db,
                      "BEGIN;"
                      "INSERT OR REPLACE INTO meta(key, value) SELECT 'error', 'the recorder died during the recording "
-                     "(killed or crashed); the target was resumed untraced' WHERE (SELECT value FROM meta WHERE "
+                     "(killed or crashed); the target went on untraced' WHERE (SELECT value FROM meta WHERE "
                      "key = 'status') = 'running';"
                      "UPDATE meta SET value = 'incomplete' WHERE key = 'status' AND value = 'running';"
                      "COMMIT;",
@@ -38,60 +43,193 @@ void mark_incomplete(const char* db_path) {
     sqlite3_close(db);
 }
 
-[[noreturn]] void guard(int dismiss_fd, int recorder_fd, int target_fd, const std::string& db) {
-    // The terminal's ^C reaches the whole process group: the guardian stays for the end.
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE}) signal(sig, SIG_IGN);
-    char c = 0;
-    ssize_t n;
-    while ((n = read(dismiss_fd, &c, 1)) < 0 && errno == EINTR) {
+// The state letter of /proc/PID/stat ('T': stopped, 't': stopped by a tracer).
+char state_of(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    auto close = s.rfind(')');
+    return close != std::string::npos && close + 2 < s.size() ? s[close + 2] : 0;
+}
+
+struct Message {
+    // 'n' the database is ours, 't' the target (its pidfd), 'c' the cgroup (text), 'b' the
+    // .bss (with a descriptor), 's' started, 'd' dismissed
+    char what;
+    size_t size;
+    TargetGuardian::StopCounts at;
+    char text[256];
+};
+
+// The loader-stop counts in the BPF object's .bss, once the recorder sent it.
+struct Stops {
+    unsigned char* base = nullptr;
+    TargetGuardian::StopCounts at{};
+    volatile uint64_t& at_offset(size_t o) const { return *reinterpret_cast<volatile uint64_t*>(base + o); }
+    // A loader stop of ours holds the target: resume it and say so.
+    bool release(int target_fd, bool by_guardian) const {
+        if (!base) return false;
+        const uint64_t stops = __atomic_load_n(&at_offset(at.stops), __ATOMIC_ACQUIRE);
+        if (stops == at_offset(at.resumes)) return false;
+        __atomic_store_n(&at_offset(at.resumes), stops, __ATOMIC_RELEASE);
+        if (by_guardian) __atomic_fetch_add(&at_offset(at.guardian_resumes), 1, __ATOMIC_RELAXED);
+        auto* held = reinterpret_cast<uint32_t*>(base + at.held_followers);
+        for (size_t i = 0; i < at.n_held; ++i)
+            if (const uint32_t f = __atomic_exchange_n(&held[i], 0u, __ATOMIC_ACQ_REL)) kill(pid_t(f), SIGCONT);
+        pidfd_send_signal(target_fd, SIGCONT);
+        return true;
     }
-    if (n == 1 && c == 'd') _exit(0);
+};
+
+[[noreturn]] void guard(int sock, int recorder_fd, pid_t recorder, const std::string& db) {
+    // The terminal's ^C and ^Z reach the whole process group: the guardian stays for the end.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE}) signal(sig, SIG_IGN);
+    Stops stops;
+    int target_fd = -1;
+    std::string cgroup;
+    bool ours = false, started = false;
+    int stopped_polls = 0;  // consecutive polls that saw profinfer stopped with the target held
+    for (;;) {
+        pollfd p[2] = {{sock, POLLIN, 0}, {recorder_fd, POLLIN, 0}};
+        if (poll(p, 2, stops.base ? 200 : -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[0].revents & POLLIN) {
+            Message m{};
+            char control[CMSG_SPACE(sizeof(int))] = {};
+            iovec io{&m, sizeof m};
+            msghdr mh{};
+            mh.msg_iov = &io;
+            mh.msg_iovlen = 1;
+            mh.msg_control = control;
+            mh.msg_controllen = sizeof control;
+            ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;  // the recorder's end closed: it is dying
+            if (m.what == 'd') _exit(0);
+            if (m.what == 's') started = true;
+            if (m.what == 'n') ours = true;
+            if (m.what == 'c') cgroup.assign(m.text, strnlen(m.text, sizeof m.text));
+            cmsghdr* c = CMSG_FIRSTHDR(&mh);
+            if (m.what == 't' && c && c->cmsg_type == SCM_RIGHTS) {
+                if (target_fd >= 0) ::close(target_fd);
+                std::memcpy(&target_fd, CMSG_DATA(c), sizeof target_fd);
+            }
+            if (m.what == 'b' && c && c->cmsg_type == SCM_RIGHTS) {
+                int fd;
+                std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+                void* base = mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                ::close(fd);  // the mapping keeps the map, and nothing else, alive
+                if (base != MAP_FAILED) stops.base = static_cast<unsigned char*>(base), stops.at = m.at;
+            }
+        } else if (p[0].revents & (POLLHUP | POLLERR)) {
+            break;
+        }
+        if (p[1].revents & POLLIN) break;
+        // profinfer stopped (^Z of `record --pid`, SIGSTOP, a debugger) must not freeze the
+        // target at a loader stop for as long: after two polls the target goes on.
+        const char s = state_of(recorder);
+        stopped_polls = (s == 'T' || s == 't') ? stopped_polls + 1 : 0;
+        if (stopped_polls >= 2 && stops.release(target_fd, true)) stopped_polls = 0;
+    }
     // The recorder is dying: its files (the BPF links) are closed before it is reported gone.
     pollfd p{recorder_fd, POLLIN, 0};
     while (poll(&p, 1, 10000) < 0 && errno == EINTR) {
     }
-    pidfd_send_signal(target_fd, SIGCONT);
-    mark_incomplete(db.c_str());
+    stops.release(target_fd, true);
+    if (started) {
+        mark_incomplete(db.c_str());
+    } else if (ours) {  // nothing ran traced and nothing was recorded: no database to block the retry
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((db + suffix).c_str());
+    }
+    if (!cgroup.empty() && target_fd >= 0) {  // removable once the command has exited
+        pollfd t{target_fd, POLLIN, 0};
+        while (poll(&t, 1, -1) < 0 && errno == EINTR) {
+        }
+        for (int i = 0; i < 100 && ::rmdir(cgroup.c_str()) != 0 && errno == EBUSY; ++i) usleep(20000);
+    }
     _exit(0);
 }
 
 }  // namespace
 
-TargetGuardian::TargetGuardian(pid_t target, const std::filesystem::path& db) {
-    int target_fd = pidfd_open(target);
-    if (target_fd < 0) throw_errno("watching process " + std::to_string(target));
+TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
     int recorder_fd = pidfd_open(getpid());
-    if (recorder_fd < 0) {
+    int sv[2] = {-1, -1};
+    if (recorder_fd < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
         int err = errno;
-        ::close(target_fd);
+        if (recorder_fd >= 0) ::close(recorder_fd);
         errno = err;
-        throw_errno("watching profinfer itself");
+        throw_errno("starting the guardian process");
     }
-    int dismiss[2];
-    if (pipe(dismiss) != 0) throw_errno("creating a pipe");
     const std::string db_path = std::filesystem::absolute(db).string();
+    const pid_t recorder = getpid();
     guardian_ = fork();
     if (guardian_ < 0) throw_errno("starting the guardian process");
     if (guardian_ == 0) {
         // Keep nothing of profinfer's: a BPF link held here would keep probes alive.
-        int keep[3] = {fcntl(dismiss[0], F_DUPFD, 64), fcntl(recorder_fd, F_DUPFD, 64), fcntl(target_fd, F_DUPFD, 64)};
-        for (int i = 0; i < 3; ++i) dup2(keep[i], 3 + i);
-        syscall(SYS_close_range, 6, ~0U, 0);
+        int keep[2] = {fcntl(sv[1], F_DUPFD, 64), fcntl(recorder_fd, F_DUPFD, 64)};
+        for (int i = 0; i < 2; ++i) dup2(keep[i], 3 + i);
+        syscall(SYS_close_range, 5, ~0U, 0);
         int null = open("/dev/null", O_RDWR);
         for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
-        if (null > 5) close(null);
-        guard(3, 4, 5, db_path);
+        if (null > 4) close(null);
+        guard(3, 4, recorder, db_path);
     }
-    ::close(dismiss[0]);
+    ::close(sv[1]);
     ::close(recorder_fd);
-    ::close(target_fd);
-    dismiss_fd_ = dismiss[1];
+    sock_ = sv[0];
+}
+
+void TargetGuardian::send(char what, int fd, size_t size, StopCounts at, const std::string& text) {
+    Message m{what, size, at, {}};
+    if (text.size() >= sizeof m.text) throw Error("telling the guardian process: " + text + " is too long");
+    std::memcpy(m.text, text.data(), text.size());
+    char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec io{&m, sizeof m};
+    msghdr mh{};
+    mh.msg_iov = &io;
+    mh.msg_iovlen = 1;
+    if (fd >= 0) {
+        mh.msg_control = control;
+        mh.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    while (sendmsg(sock_, &mh, MSG_NOSIGNAL) < 0)
+        if (errno != EINTR) throw_errno("telling the guardian process");
+}
+
+void TargetGuardian::watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets) {
+    send('b', bss_map_fd, bss_size, offsets);
+}
+
+void TargetGuardian::started() { send('s'); }
+void TargetGuardian::created_database() { send('n'); }
+void TargetGuardian::set_cgroup(const std::filesystem::path& cgroup) { send('c', -1, 0, {}, cgroup.string()); }
+
+void TargetGuardian::set_target(pid_t target) {
+    const int fd = int(syscall(SYS_pidfd_open, target, 0));
+    if (fd < 0) throw_errno("watching process " + std::to_string(target));
+    try {
+        send('t', fd);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    ::close(fd);
 }
 
 TargetGuardian::~TargetGuardian() {
-    if (dismiss_fd_ >= 0) {
-        (void)!::write(dismiss_fd_, "d", 1);
-        ::close(dismiss_fd_);
+    if (sock_ >= 0) {
+        try {
+            send('d');
+        } catch (...) {
+        }
+        ::close(sock_);
     }
     if (guardian_ > 0) waitpid(guardian_, nullptr, 0);
 }

@@ -1,26 +1,55 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstddef>
 #include <filesystem>
+#include <string>
 
 namespace profinfer {
 
-// A small helper process that outlives profinfer. If profinfer dies without running
-// its own cleanup (kill -9, the OOM killer, a crash), the guardian waits until the
-// dead process is fully gone — and with it every probe, whose links die with their
-// file descriptors — then resumes the target (it may sit stopped at a loader stop of
-// ours) and marks the trace database incomplete. Dismissed on every orderly exit,
-// where the recorder does both itself.
+// A small helper process that outlives profinfer and holds nothing of it (no BPF link:
+// probes die with profinfer's descriptors). It keeps three promises to the target:
+// - profinfer dies without its own cleanup (kill -9, the OOM killer, a crash): once the
+//   dead process is fully gone, the guardian resumes the target if a loader stop of ours
+//   holds it — only then: a target the user stopped stays stopped — and marks the trace
+//   database incomplete; a recording that never began (the command never ran, no probe
+//   went in) leaves no database, so the same -o works for the retry;
+// - profinfer is stopped (^Z, SIGSTOP, a debugger) while a loader stop of ours holds the
+//   target: the guardian resumes it after a moment and counts that (the library loaded
+//   meanwhile runs untraced until profinfer goes on);
+// - a memory cgroup of the launched command is removed once the command has exited.
+// Dismissed on every orderly exit, where the recorder does all of this itself.
+// Started first, before the database exists: every step after it is covered.
 class TargetGuardian {
 public:
-    TargetGuardian(pid_t target, const std::filesystem::path& db);
+    explicit TargetGuardian(const std::filesystem::path& db);
     ~TargetGuardian();  // dismisses the guardian
     TargetGuardian(const TargetGuardian&) = delete;
     TargetGuardian& operator=(const TargetGuardian&) = delete;
 
+    // The BPF object's .bss (an mmapable array map) with the loader-stop count the kernel
+    // side bumps, the resume count user space keeps, the guardian's own resume count (byte
+    // offsets of three u64s) and the followers held: the guardian maps it and closes the
+    // descriptor.
+    struct StopCounts {
+        size_t stops, resumes, guardian_resumes;
+        size_t held_followers, n_held;  // u32 pids of other processes a loader stop holds
+    };
+    void watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets);
+    // The database is ours (created new): removed if the recording never begins.
+    void created_database();
+    // The process to resume: the launched command or attached process, later a process
+    // the launched command forked.
+    void set_target(pid_t target);
+    // The launched command's memory cgroup: removed once the target has exited.
+    void set_cgroup(const std::filesystem::path& cgroup);
+    // The recording has begun: the command runs (a launch) or probes go into it (--pid).
+    void started();
+
 private:
+    void send(char what, int fd = -1, size_t size = 0, StopCounts at = {}, const std::string& text = {});
     pid_t guardian_ = -1;
-    int dismiss_fd_ = -1;
+    int sock_ = -1;
 };
 
 }  // namespace profinfer

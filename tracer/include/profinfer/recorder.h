@@ -48,6 +48,10 @@ struct RecordOptions {
     // the target waits at a loader stop or a signal is pending), or at normal priority.
     bool idle_consumer = true;
     bool quiet = false;
+    // Stop when the process that started profinfer dies (as on SIGTERM: forwarded to a
+    // launched command, the database finished): a harness killed mid-run leaves nothing
+    // recording behind it.
+    bool stop_with_parent = false;
 };
 
 // Records one run into a new trace store. Returns the exit status for the
