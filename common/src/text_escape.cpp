@@ -1,5 +1,8 @@
 #include "profinfer/text_escape.h"
 
+#include <cctype>
+#include <cstring>
+
 namespace profinfer {
 
 namespace {
@@ -47,6 +50,21 @@ std::string gnuplot_label(const std::string& s) {
     std::string o;
     for (char c : s) o += (is_control(c) || c == ' ' || c == '"' || c == '\'' || c == '#' || c == '\\') ? '_' : c;
     return o.empty() ? "_" : o;
+}
+
+std::string shell_quote(const std::string& s) {
+    bool plain = !s.empty();
+    for (unsigned char c : s) plain = plain && (std::isalnum(c) || (c && std::strchr("_-./=:,+@%", c)));
+    if (plain) return s;
+    std::string o = "'";
+    for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return o + "'";
+}
+
+std::string shell_command(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
+    return s;
 }
 
 }  // namespace profinfer

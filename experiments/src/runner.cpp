@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <optional>
 
@@ -20,6 +22,7 @@
 #include "profinfer/llama_install.h"
 #include "profinfer/store.h"
 #include "profinfer/subprocess.h"
+#include "profinfer/text_escape.h"
 
 namespace fs = std::filesystem;
 
@@ -69,7 +72,7 @@ private:
 
 std::string env_prefix(const SweepPoint& p) {
     std::string s;
-    for (const auto& [k, v] : point_env(p)) s += k + "=" + v + " ";
+    for (const auto& [k, v] : point_env(p)) s += k + "=" + shell_quote(v) + " ";
     return s;
 }
 
@@ -177,10 +180,67 @@ void drop_from_page_cache(const fs::path& file) {
     ::close(fd);
 }
 
-std::string joined(const std::vector<std::string>& argv) {
-    std::string s;
-    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-    return s;
+// One experiment run per results folder: an exclusive lock on FOLDER/index.db.lock,
+// held for the run's life (and released by the kernel however it ends). The lock file
+// says who holds it.
+class FolderLock {
+public:
+    explicit FolderLock(const fs::path& dir) {
+        const fs::path path = dir / "index.db.lock";
+        fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd_ < 0) throw Error("cannot lock " + dir.string() + ": " + path.string() + ": " + std::strerror(errno));
+        if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            char holder[512] = {};
+            (void)!::pread(fd_, holder, sizeof holder - 1, 0);
+            ::close(fd_);
+            std::string who = holder;
+            while (!who.empty() && who.back() == '\n') who.pop_back();
+            if (err == EWOULDBLOCK)
+                throw Error(dir.string() + " is in use by another experiment run (" + (who.empty() ? "unknown" : who) +
+                            "): wait for it to end, or give this one another -o");
+            throw Error("cannot lock " + path.string() + ": " + std::strerror(err));
+        }
+        const std::string me = "profinfer pid " + std::to_string(getpid()) + ", since " +
+                               std::to_string(std::time(nullptr)) + " (unix time)\n";
+        if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+            // the lock holds all the same; only the holder's description is missing
+        }
+    }
+    ~FolderLock() { ::close(fd_); }
+    FolderLock(const FolderLock&) = delete;
+    FolderLock& operator=(const FolderLock&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
+// A point's recording left running by a run that was killed (its recorder stops with the
+// run that started it, but may still be finishing): it is asked to stop (SIGINT, which it
+// forwards to its command) and waited for, so that nothing of it runs beside the points
+// recorded now. Throws if it does not end.
+void reap_orphan(const fs::path& db, const std::string& key) {
+    if (!fs::exists(db)) return;
+    std::string pid_text, start;
+    try {
+        store::Database d(db, store::Database::Mode::ReadOnly);
+        if (store::run_health(d).status != store::to_string(store::RunStatus::Running)) return;  // its recorder is gone
+        auto meta = d.meta();
+        pid_text = meta["recorder_pid"];
+        start = meta["recorder_start"];
+    } catch (const Error&) {
+        return;  // not even a trace: nothing of ours runs for it
+    }
+    const pid_t pid = pid_t(std::strtol(pid_text.c_str(), nullptr, 10));
+    auto alive = [&] { return pid > 0 && std::to_string(store::process_start_time(pid)) == start; };
+    if (!alive()) return;
+    std::cerr << "profinfer: the recording of " << key << " left by an earlier, killed run still goes on (profinfer record pid "
+              << pid << "): stopping it before going on\n";
+    kill(pid, SIGINT);
+    for (int i = 0; i < 600 && alive(); ++i) usleep(100000);
+    if (alive())
+        throw Error("the recording of " + key + " left by an earlier run (profinfer record pid " + pid_text +
+                    ") does not end; stop it (kill -INT " + pid_text + ") and run again");
 }
 
 }  // namespace
@@ -272,7 +332,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                 std::cout << "\n    skipped: " << missing[p.id()];
             else
                 std::cout << "\n    " << env_prefix(p)
-                          << joined(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
+                          << shell_command(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
                           << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
                           << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
                                               : std::string())
@@ -284,7 +344,10 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         return rep;
     }
     fs::create_directories(opt.out_dir / "points");
+    FolderLock lock(opt.out_dir);
     Index index(opt.out_dir / "index.db");
+    for (const auto& p : points)
+        if (index.status(p) == "running") reap_orphan(opt.out_dir / "points" / (p.id() + ".db"), p.key());
     index.set("name", spec.name);
     index.set("title", spec.title);
     index.set("paper", spec.paper);
@@ -314,8 +377,9 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
         const auto command = on_board(opt, point_command(p, model));
         for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
-        std::vector<std::string> argv{opt.profinfer.string(), "record", "--level", spec.level, "--board", opt.board, "-o",
-                                      db.string()};
+        // --stop-with-parent: a run killed mid-point leaves no recording behind it.
+        std::vector<std::string> argv{opt.profinfer.string(), "record", "--stop-with-parent", "--level", spec.level,
+                                      "--board", opt.board, "-o", db.string()};
         if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
         if (p.at("mem") != "none") {
             // The model's pages leave the page cache first: pages cached by an earlier run
@@ -329,7 +393,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         const double mean = index.mean_seconds();
         std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * remaining) + ")" : "") << " …\n";
         const double started = now_s();
-        const std::string shown = env_prefix(p) + joined(command);
+        const std::string shown = env_prefix(p) + shell_command(command);
         index.put(p, "running", db.string(), shown, "", started, started, "");
         const int hog = hog_cpu(p);
         const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;

@@ -1,3 +1,4 @@
+#include <cctype>
 #include <toml++/toml.h>
 
 #include <cstdio>
@@ -29,6 +30,14 @@ std::string as_text(const toml::node& n) {
     throw Error("a sweep value must be a string, an integer or a boolean");
 }
 
+// A name that stays one file name wherever it is used: no '/', no '..', nothing hidden.
+void check_file_name_part(const std::string& v, const std::string& what) {
+    bool ok = !v.empty() && v.size() <= 128 && std::isalnum(static_cast<unsigned char>(v[0]));
+    for (unsigned char c : v) ok = ok && (std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '+');
+    if (!ok)
+        throw Error(what + " '" + v + "' must be letters, digits, '.', '_', '-' or '+', starting with a letter or digit");
+}
+
 std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t, const std::string& where) {
     std::map<std::string, std::vector<std::string>> out;
     if (!t) return out;
@@ -48,6 +57,9 @@ std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t,
             values.push_back(as_text(v));
         }
         if (values.empty()) throw Error(where + ": parameter '" + key + "' has no values");
+        // These become parts of file names (the point's DB, the synthesised model).
+        if (key == "model" || key == "type" || key == "backend" || key == "threads")
+            for (const auto& v : values) check_file_name_part(v, where + " " + key);
         out[key] = values;
     }
     return out;
@@ -89,6 +101,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     }
     ExperimentSpec s;
     s.name = t["name"].value_or(file.stem().string());
+    check_file_name_part(s.name, file.string() + ": name");
     s.title = t["title"].value_or(s.name);
     s.paper = t["paper"].value_or(std::string());
     s.level = t["level"].value_or(std::string("op"));

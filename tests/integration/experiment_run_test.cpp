@@ -2,8 +2,11 @@
 // resumed without redoing finished points, missing backends skipped with their reason
 // (quick) or refused before anything runs; and profinfer diff on two of its points.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "profinfer/experiment.h"
@@ -184,4 +187,104 @@ TEST(ExperimentRun, MissingBackendSkippedInQuickRefusedOtherwise) {
     auto full = run({profinfer_bin(), "experiment", "run", d / "spec2.toml", "-o", d / "f"});
     expect_one_line_failure(full, "backend 'nope'");
     EXPECT_FALSE(fs::exists(d / "f" / "index.db"));
+}
+
+namespace {
+std::string with_gen(std::string spec, const std::string& gen) {
+    spec.replace(spec.find("gen = [8]"), 9, "gen = [" + gen + "]");
+    return spec;
+}
+
+// Orphans (a killed runner's recorder and llama-bench) come back to this test to be reaped.
+struct Subreaper {
+    Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+    ~Subreaper() {
+        prctl(PR_SET_CHILD_SUBREAPER, 0);
+        while (waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+    }
+};
+
+bool gone(pid_t pid) { return state_of(pid) == 0 || state_of(pid) == 'Z'; }
+}  // namespace
+
+// One run per results folder: a second `experiment run` on a folder in use is refused in
+// one line naming the holder; the first goes on and records every point once.
+TEST(ExperimentRun, OneRunPerResultsFolder) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    std::ofstream(d / "spec.toml") << with_gen(kSpec, "64");
+    const fs::path out = d / "out";
+    pid_t first = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out}, {}, d / "err1");
+    ASSERT_TRUE(wait_until([&] { return read_file(out / "index.db.lock").find("pid") != std::string::npos; },
+                           std::chrono::seconds(120)))
+        << read_file(d / "err1");
+    auto second = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    expect_one_line_failure(second, "is in use by another experiment run (profinfer pid " + std::to_string(first));
+    auto st = reap(first, std::chrono::seconds(600));
+    ASSERT_TRUE(st);
+    EXPECT_EQ(*st, 0) << read_file(d / "err1");
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM points WHERE status = 'done'"), 2);
+}
+
+// kill -9 of `experiment run` in the middle of a point: its recorder and llama-bench stop
+// with it (nothing keeps recording beside what runs next), and the resume records the
+// point again, alone, and marks it done.
+TEST(ExperimentRun, AKilledRunLeavesNothingRunning) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    std::string spec = with_gen(kSpec, "6000");
+    spec.replace(spec.find("threads = [1, 2]"), 16, "threads = [2]");  // one point
+    std::ofstream(d / "spec.toml") << spec;
+    const fs::path out = d / "out";
+    pid_t runner = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out}, {}, d / "err");
+    fs::path point;
+    ASSERT_TRUE(wait_until(
+        [&] {
+            if (!fs::exists(out / "points")) return false;
+            for (const auto& f : fs::directory_iterator(out / "points"))
+                if (f.path().extension() == ".db" && scalar_or_zero(f.path(), "SELECT count(*) FROM tokens") > 2)
+                    return point = f.path(), true;
+            return false;
+        },
+        std::chrono::seconds(300)))
+        << read_file(d / "err");
+    std::vector<pid_t> recording;  // the recorder and everything it started
+    for (pid_t rec : children_of(runner)) {
+        recording.push_back(rec);
+        for (pid_t c : children_of(rec)) recording.push_back(c);
+    }
+    ASSERT_GE(recording.size(), 2u);
+    kill(runner, SIGKILL);
+    ASSERT_TRUE(reap(runner, std::chrono::seconds(10)));
+    EXPECT_TRUE(wait_until([&] { return std::all_of(recording.begin(), recording.end(), gone); },
+                           std::chrono::seconds(5)))
+        << "the killed run's recording went on";
+    for (pid_t p : recording) reap(p, std::chrono::seconds(1));
+    auto resumed = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    ASSERT_EQ(resumed.status, 0) << resumed.err;
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM points WHERE status = 'done'"), 1);
+}
+
+// Spec text never leaves the results folder: a name or model with '/' or '..' is refused
+// in one line before anything is written; printed commands are quoted for a shell.
+TEST(ExperimentRun, SpecTextStaysInItsFolderAndCommandsAreQuoted) {
+    TempDir d;
+    std::string evil = kSpec;
+    evil.replace(evil.find("name = \"tiny-threads\""), 21, "name = \"../../evil\"");
+    std::ofstream(d / "evil-name.toml") << evil;
+    expect_one_line_failure(run({profinfer_bin(), "experiment", "run", d / "evil-name.toml", "--dry-run"}), "../../evil");
+    std::string model = kSpec;
+    model.replace(model.find("model = [\"llama3.2-1b\"]"), 23, "model = [\"../x\"]");
+    std::ofstream(d / "evil-model.toml") << model;
+    expect_one_line_failure(run({profinfer_bin(), "experiment", "run", d / "evil-model.toml", "--dry-run", "-o", d / "o"}),
+                            "'../x'");
+    EXPECT_FALSE(fs::exists(d / "o"));
+    std::string ot = kSpec;
+    ot.replace(ot.find("[outputs]"), 9, "ot = [\"blk\\\\.0\\\\..*=CPU; x\"]\n[outputs]");
+    std::ofstream(d / "ot.toml") << ot;
+    auto r = run({profinfer_bin(), "experiment", "run", d / "ot.toml", "--dry-run", "-o", d / "o"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("-ot 'blk\\.0\\..*=CPU; x'"), std::string::npos) << r.out;
 }

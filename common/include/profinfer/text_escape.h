@@ -2,6 +2,7 @@
 // Text from a trace (tensor names, commands, comms) is data, whoever wrote the trace:
 // every output format gets it through one of these, never raw.
 #include <string>
+#include <vector>
 
 namespace profinfer {
 
@@ -15,5 +16,10 @@ std::string gnuplot_quote(const std::string& s);
 // A label inside a gnuplot inline data block: one token, printable, no quotes, so it
 // can neither end the block nor be read as a command.
 std::string gnuplot_label(const std::string& s);
+// One word for a POSIX shell: as it is when it has nothing a shell reads, else in single
+// quotes — for printing a command a person can paste (profinfer itself never uses a shell).
+std::string shell_quote(const std::string& s);
+// ARGV as one line of shell words.
+std::string shell_command(const std::vector<std::string>& argv);
 
 }  // namespace profinfer
