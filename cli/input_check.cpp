@@ -3,6 +3,7 @@
 #include <iostream>
 #include <limits>
 
+#include "profinfer/number_text.h"
 #include "profinfer/run_summary.h"
 #include "profinfer/store.h"
 #include "subcommands.h"
@@ -25,13 +26,8 @@ CLI::Validator number_in(double lo, double hi) {
     const std::string range = std::isinf(hi) ? "at least " + show(lo) : show(lo) + " to " + show(hi);
     return CLI::Validator(
         [lo, hi, range](std::string& text) -> std::string {
-            double v = 0;
             size_t used = 0;
-            try {
-                v = std::stod(text, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
+            const double v = leading_number(text, &used).value_or(0);
             if (!used || used != text.size() || std::isnan(v) || v < lo || v > hi)
                 return "'" + text + "' is not a number " + range;
             return {};

@@ -196,13 +196,9 @@ TEST(CliTrust, OutputsOfAPrivateTraceArePrivate) {
 TEST(CliTrust, FullDiskIsAnErrorNotATruncatedFile) {
     if (geteuid() != 0) GTEST_SKIP() << "skipped: mounting a small tmpfs needs root";
     TempDir d;
-    fs::path small = d / "small";
-    fs::create_directories(small);
-    ASSERT_EQ(mount("tmpfs", small.c_str(), "tmpfs", 0, "size=4k"), 0) << std::strerror(errno);
-    struct Unmount {
-        fs::path p;
-        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
-    } unmount{small};
+    TmpfsMount mounted(d / "small", "4k");
+    ASSERT_TRUE(mounted.ok) << std::strerror(errno);
+    const fs::path small = mounted.dir;
     const fs::path db = golden_trace("qwen1.5-moe-a2.7b-full");
     for (auto argv : std::vector<std::vector<std::string>>{
              {profinfer_bin(), "timeline", db, "-o", small / "trace.json"},
@@ -343,13 +339,9 @@ TEST(CliTrust, LostGpuRecordsAreCounted) {
 TEST(CliTrust, TracesAreReadWhereNothingCanBeWritten) {
     if (geteuid() != 0) GTEST_SKIP() << "skipped: a read-only mount needs root";
     TempDir d;
-    const fs::path ro = d / "ro";
-    fs::create_directories(ro);
-    ASSERT_EQ(mount("tmpfs", ro.c_str(), "tmpfs", 0, "size=8m"), 0) << std::strerror(errno);
-    struct Unmount {
-        fs::path p;
-        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
-    } unmount{ro};
+    TmpfsMount mounted(d / "ro", "8m");
+    ASSERT_TRUE(mounted.ok) << std::strerror(errno);
+    const fs::path ro = mounted.dir;
     fs::copy_file(golden_trace("llama3.2-1b-full"), ro / "run.db");
     fs::copy_file(golden_trace("llama3.2-1b-full"), ro / "wal.db");
     sql(ro / "wal.db", "PRAGMA journal_mode = WAL");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/number_text.h"
 
 namespace profinfer::store {
 
@@ -67,15 +68,10 @@ int64_t meta_integer(const Database& db, const std::map<std::string, std::string
     auto it = meta.find(key);
     const std::string v = it == meta.end() ? "" : it->second;
     size_t used = 0;
-    int64_t n = 0;
-    try {
-        n = std::stoll(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (!used || used != v.size())
+    const auto n = leading_integer(v, &used);
+    if (!n || used != v.size())
         throw Error(db.path().string() + ": its meta '" + key + "' is '" + v + "', not an integer: a damaged trace?");
-    return n;
+    return *n;
 }
 
 RunHealth run_health(Database& db) {

@@ -54,17 +54,36 @@ struct Subreaper {
     }
 };
 
-struct TmpfsMount {
-    fs::path dir;
-    bool ok;
-    TmpfsMount(fs::path d, const char* size) : dir(std::move(d)) {
-        fs::create_directories(dir);
-        ok = mount("tmpfs", dir.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
-    }
-    ~TmpfsMount() {
-        if (ok) umount2(dir.c_str(), MNT_DETACH);
-    }
-};
+// profinfer record of 16 calls of the release-library llama_graph_dump into D/run.db
+// (output D/out, D/err): it dlopens 14 CPU variants, many loader stops to be caught in.
+pid_t record_release_dump(const TempDir& d) {
+    return spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_release_bin(),
+                  tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
+                 d / "out", d / "err");
+}
+
+// Waits until PROF's launched command sits stopped at one of our loader stops — with
+// AFTER_LIBLLAMA, one of the CPU variants' dlopens (libllama was mapped at an earlier stop,
+// so its probes are in) — and stops PROF right then (SIGSTOP), the command still held;
+// its pid, or 0 after a minute.
+pid_t stop_recorder_at_a_loader_stop(pid_t prof, bool after_libllama = false) {
+    pid_t target = 0;
+    const bool caught = wait_until(
+        [&] {
+            if (!target) target = launched_child(prof, "llama_graph_dum");
+            if (!target || (state_of(target) != 't' && state_of(target) != 'T')) return false;
+            if (after_libllama &&
+                read_file("/proc/" + std::to_string(target) + "/maps").find("/libggml-cpu-") == std::string::npos)
+                return false;
+            kill(prof, SIGSTOP);
+            wait_until([&] { return state_of(prof) == 'T'; }, 2s);
+            if (state_of(target) == 'T') return true;  // held by us, with profinfer stopped
+            kill(prof, SIGCONT);
+            return false;
+        },
+        60s);
+    return caught ? target : 0;
+}
 
 }  // namespace
 
@@ -75,23 +94,9 @@ TEST(TargetSafety, KillNineAtTheLoaderStopLetsTheCommandFinish) {
     PROFINFER_REQUIRE_BPF();
     Subreaper reaper;
     TempDir d;
-    // The release libraries dlopen 14 CPU variants: many loader stops to be caught in.
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_release_bin(),
-                        tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
-                       d / "out", d / "err");
-    pid_t target = 0;
-    bool caught = wait_until(
-        [&] {
-            if (!target) target = launched_child(prof, "llama_graph_dum");
-            if (!target || (state_of(target) != 't' && state_of(target) != 'T')) return false;
-            kill(prof, SIGSTOP);
-            wait_until([&] { return state_of(prof) == 'T'; }, 2s);
-            if (state_of(target) == 'T') return true;  // held by us, with profinfer frozen
-            kill(prof, SIGCONT);
-            return false;
-        },
-        60s);
-    ASSERT_TRUE(caught) << "never saw the command at a loader stop: " << read_file(d / "err");
+    const pid_t prof = record_release_dump(d);
+    const pid_t target = stop_recorder_at_a_loader_stop(prof);
+    ASSERT_TRUE(target) << "never saw the command at a loader stop: " << read_file(d / "err");
     kill(prof, SIGKILL);
     ASSERT_TRUE(reap(prof, 10s));
     auto status = reap(target, 120s);
@@ -289,22 +294,9 @@ TEST(TargetSafety, AStoppedRecorderNeverFreezesTheTarget) {
     PROFINFER_REQUIRE_BPF();
     Subreaper reaper;
     TempDir d;
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_release_bin(),
-                        tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
-                       d / "out", d / "err");
-    pid_t target = 0;
-    bool caught = wait_until(
-        [&] {
-            if (!target) target = launched_child(prof, "llama_graph_dum");
-            if (!target || (state_of(target) != 't' && state_of(target) != 'T')) return false;
-            kill(prof, SIGSTOP);
-            wait_until([&] { return state_of(prof) == 'T'; }, 2s);
-            if (state_of(target) == 'T') return true;  // held by us, with profinfer stopped
-            kill(prof, SIGCONT);
-            return false;
-        },
-        60s);
-    ASSERT_TRUE(caught) << "never saw the command at a loader stop: " << read_file(d / "err");
+    const pid_t prof = record_release_dump(d);
+    const pid_t target = stop_recorder_at_a_loader_stop(prof, true);
+    ASSERT_TRUE(target) << "never saw the command at a loader stop: " << read_file(d / "err");
     // The command finishes while profinfer stays stopped.
     const bool finished = wait_until([&] { return state_of(target) == 'Z' || state_of(target) == 0; }, 60s);
     const char left = state_of(target);

@@ -1,5 +1,6 @@
 #include "test_support.h"
 
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -257,6 +258,15 @@ bool bpf_available(std::string* why) {
         return false;
     }
     return true;
+}
+
+TmpfsMount::TmpfsMount(std::filesystem::path d, const char* size) : dir(std::move(d)) {
+    std::filesystem::create_directories(dir);
+    ok = mount("tmpfs", dir.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
+}
+
+TmpfsMount::~TmpfsMount() {
+    if (ok) umount2(dir.c_str(), MNT_DETACH);
 }
 
 }  // namespace profinfer::test

@@ -80,6 +80,17 @@ std::vector<DumpNode> parse_graph_dump(const std::string& out);
 // thread slots.
 void expect_calls_match_dump(const RunResult& result, const std::filesystem::path& db, int n_calls, int n_threads);
 
+// A tmpfs of SIZE ("4k", "8m") mounted on DIR (made if missing) for the scope (root only):
+// ok says whether the mount worked.
+struct TmpfsMount {
+    std::filesystem::path dir;
+    bool ok;
+    TmpfsMount(std::filesystem::path d, const char* size);
+    ~TmpfsMount();
+    TmpfsMount(const TmpfsMount&) = delete;
+    TmpfsMount& operator=(const TmpfsMount&) = delete;
+};
+
 // A fresh directory removed at scope exit.
 class TempDir {
 public:

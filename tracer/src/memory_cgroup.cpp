@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "profinfer/error.h"
+#include "profinfer/number_text.h"
 #include "profinfer/recorder.h"
 
 namespace fs = std::filesystem;
@@ -17,12 +18,7 @@ namespace profinfer {
 
 uint64_t parse_memory_size(const std::string& text) {
     size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
+    const double v = leading_number(text, &used).value_or(0);
     const std::string unit = used ? text.substr(used) : "";
     double scale = 0;
     if (unit.empty() || unit == "B") scale = 1;

@@ -705,6 +705,10 @@ private:
         set_meta("ended_at", std::to_string(std::time(nullptr)));
         set_meta("status", store::to_string(rs));
         writer_->commit();
+        if (!probes_->seen_role(LibRole::Llama) && guardian_resumes)
+            throw Error("profinfer was stopped while the target waited at a loader stop; the guardian resumed it " +
+                        std::to_string(guardian_resumes) +
+                        " time(s) and it ended before profinfer went on: nothing of it was recorded");
         if (!probes_->seen_role(LibRole::Llama))
             throw Error(opts_.pid ? "the target never loaded libllama: is it a llama.cpp program?"
                                   : "the command (nor any process it started) never loaded libllama: is it a llama.cpp "

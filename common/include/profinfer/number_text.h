@@ -1,0 +1,15 @@
+#pragma once
+// Numbers in text a person or a file wrote (options, meta values): the number at the
+// start of TEXT and how many characters it took — nothing (and 0) when there is none or it
+// is out of range — never an exception. Callers decide whether text may follow it.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace profinfer {
+
+std::optional<double> leading_number(const std::string& text, size_t* used = nullptr);
+std::optional<int64_t> leading_integer(const std::string& text, size_t* used = nullptr);
+
+}  // namespace profinfer
