@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -231,6 +232,24 @@ int calls_printed(const fs::path& out) {
     return n;
 }
 
+// Processes a test started that would run for minutes: killed when it ends, however it ends
+// (a failed assertion returns early). Through pidfds: never a later process with a reused pid.
+class KillAtExit {
+public:
+    void add(pid_t pid) {
+        if (int fd = int(syscall(SYS_pidfd_open, pid, 0)); fd >= 0) fds_.push_back(fd);
+    }
+    ~KillAtExit() {
+        for (int fd : fds_) {
+            syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+            close(fd);
+        }
+    }
+
+private:
+    std::vector<int> fds_;
+};
+
 // A long run (the test ends it): llama_graph_dump without the eval callback.
 std::vector<std::string> long_dump(const fs::path& program = graph_dump_bin()) {
     return {program, tiny_model("llama3.2-1b"), "Hello world", "200000", "2", "--no-callback"};
@@ -262,10 +281,12 @@ TEST(TargetSafety, ACommandThatIgnoresTheSignalIsNeverKilled) {
                                   "-c", "trap '' INT TERM; exec \"$0\" \"$@\""};
     for (const auto& a : long_dump()) argv.push_back(a);
     pid_t prof = spawn(argv, d / "out", d / "err");
+    KillAtExit cleanup;
     ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 2; }, 60s))
         << read_file(d / "err");
     const pid_t target = launched_child(prof, "llama_graph_dum");
     ASSERT_GT(target, 0);
+    cleanup.add(target);
     kill(prof, SIGINT);
     EXPECT_FALSE(reap(prof, 8s)) << "profinfer ended while its command still ran: " << read_file(d / "err");
     ASSERT_NE(state_of(target), 0) << "the command is gone";
@@ -318,6 +339,8 @@ TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {
     Subreaper reaper;
     TempDir d;
     pid_t target = spawn(long_dump(), d / "out");
+    KillAtExit cleanup;
+    cleanup.add(target);
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
@@ -356,10 +379,13 @@ TEST(TargetSafety, AttachByHostPidIntoAPidNamespace) {
     std::vector<std::string> argv{"unshare", "--pid", "--fork", "--mount-proc"};
     for (const auto& a : long_dump()) argv.push_back(a);
     pid_t unshare = spawn(argv, d / "out");
+    KillAtExit cleanup;
+    cleanup.add(unshare);
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
     const auto inner = children_of(unshare);
     ASSERT_EQ(inner.size(), 1u);
     const pid_t host_pid = inner[0];
+    cleanup.add(host_pid);
     EXPECT_NE(read_file("/proc/" + std::to_string(host_pid) + "/status").find("NSpid:\t" + std::to_string(host_pid) + "\t1"),
               std::string::npos)
         << "not pid 1 of a namespace of its own";
@@ -389,6 +415,8 @@ TEST(TargetSafety, AnAttachStoppedMidGraphSaysCutNotLost) {
     Subreaper reaper;
     TempDir d;
     pid_t target = spawn(long_dump(), d / "out");
+    KillAtExit cleanup;
+    cleanup.add(target);
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "normal", "-o", d / "run.db", "--pid",
                         std::to_string(target)},
