@@ -250,6 +250,19 @@ private:
     std::vector<int> fds_;
 };
 
+// record --pid TARGET into DB until it holds more than 20 calls, then SIGINT, as a user
+// stops an attach. --consumer normal: the test reads the database while it records (idle,
+// it may lag behind a slow run, e.g. under the sanitizers, until the buffer fills).
+void attach_twenty_calls_then_interrupt(pid_t target, const fs::path& db, const fs::path& err) {
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "normal", "-o", db, "--pid",
+                        std::to_string(target)},
+                       {}, err);
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(db, "SELECT count(*) FROM tokens") > 20; }, 60s))
+        << read_file(err);
+    kill(prof, SIGINT);
+    ASSERT_TRUE(reap(prof, 30s));
+}
+
 // A long run (the test ends it): llama_graph_dump without the eval callback.
 std::vector<std::string> long_dump(const fs::path& program = graph_dump_bin()) {
     return {program, tiny_model("llama3.2-1b"), "Hello world", "200000", "2", "--no-callback"};
@@ -389,15 +402,8 @@ TEST(TargetSafety, AttachByHostPidIntoAPidNamespace) {
     EXPECT_NE(read_file("/proc/" + std::to_string(host_pid) + "/status").find("NSpid:\t" + std::to_string(host_pid) + "\t1"),
               std::string::npos)
         << "not pid 1 of a namespace of its own";
-    // --consumer normal: the test reads the database while it records (idle, it may lag
-    // behind a slow run, e.g. under the sanitizers, until the buffer fills).
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "normal", "-o", d / "inside.db", "--pid",
-                        std::to_string(host_pid)},
-                       {}, d / "err");
-    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "inside.db", "SELECT count(*) FROM tokens") > 20; }, 60s))
-        << read_file(d / "err");
-    kill(prof, SIGINT);
-    ASSERT_TRUE(reap(prof, 30s));
+    attach_twenty_calls_then_interrupt(host_pid, d / "inside.db", d / "err");
+    if (::testing::Test::HasFatalFailure()) return;
     kill(unshare, SIGKILL);
     kill(host_pid, SIGKILL);
     reap(unshare, 30s);
@@ -418,13 +424,8 @@ TEST(TargetSafety, AnAttachStoppedMidGraphSaysCutNotLost) {
     KillAtExit cleanup;
     cleanup.add(target);
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "normal", "-o", d / "run.db", "--pid",
-                        std::to_string(target)},
-                       {}, d / "err");
-    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 20; }, 60s))
-        << read_file(d / "err");
-    kill(prof, SIGINT);
-    ASSERT_TRUE(reap(prof, 30s));
+    attach_twenty_calls_then_interrupt(target, d / "run.db", d / "err");
+    if (::testing::Test::HasFatalFailure()) return;
     kill(target, SIGKILL);
     reap(target, 30s);
     const std::string err = read_file(d / "err");
