@@ -19,6 +19,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     auto out = std::make_shared<std::string>();
     auto quick = std::make_shared<bool>(false);
     auto dry = std::make_shared<bool>(false);
+    auto rounds = std::make_shared<int>(0);
     auto* run = cmd->add_subcommand("run", "Record every point of SPEC (experiments/specs/*.toml) that is not done yet, "
                                            "then write its table and figures");
     run->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
@@ -26,8 +27,15 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     run->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
     run->add_flag("--quick", *quick, "The spec's quick sweep; points this machine cannot run are skipped with the reason");
     run->add_flag("--dry-run", *dry, "Print the points and their commands; run nothing (any board)");
-    run->callback([&action, spec, board, out, quick, dry] {
-        action = [spec, board, out, quick, dry] {
+    run->add_option("--rounds", *rounds,
+                    "Interleaved rounds (each records every point once, in an order that changes between rounds); "
+                    "default: the spec's rounds (5), or quick_rounds (2) with --quick")
+        ->check(CLI::Range(1, 1000));
+    run->footer("A run resumes where an earlier one stopped, per (point, round). The summary gives per point the median\n"
+                "of each metric over the rounds with a 95 % bootstrap interval (none below 5 rounds), and computes the\n"
+                "verdict of each of the spec's [[claim]]s (verdicts.csv, table.md).");
+    run->callback([&action, spec, board, out, quick, dry, rounds] {
+        action = [spec, board, out, quick, dry, rounds] {
             const auto s = ExperimentSpec::load(*spec);
             RunOptions opt;
             char self[4096] = {};
@@ -36,6 +44,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             opt.board = *board;
             opt.quick = *quick;
             opt.dry_run = *dry;
+            opt.rounds = *rounds;
             opt.out_dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
             if (*board != "host") {  // a board with no profile: the error lists the known ones
                 const BoardProfile profile = board_profile(*board);
@@ -52,7 +61,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             if (*dry) return 0;
             std::cerr << "profinfer: " << s.name << ": " << rep.done << " recorded, " << rep.already_done
                       << " already done, " << rep.skipped << " skipped, " << rep.failed << " failed of " << rep.points
-                      << " points\n";
+                      << " points × " << rep.rounds << " rounds\n";
             if (rep.done + rep.already_done > 0) {
                 for (const auto& f : summarise_experiment(s, opt.out_dir, *quick)) std::cerr << "  " << f.string() << "\n";
             }

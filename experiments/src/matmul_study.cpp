@@ -52,7 +52,10 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
     std::set<std::string> threads;
     for (const auto& p : points) {
         Table t = stats_table(p.db, "matmul");
-        if (all.columns.size() == kRowParams.size()) all.columns.insert(all.columns.end(), t.columns.begin(), t.columns.end());
+        if (all.columns.size() == kRowParams.size()) {
+            all.columns.push_back("round");
+            all.columns.insert(all.columns.end(), t.columns.begin(), t.columns.end());
+        }
         const auto col = [&](const std::string& name) {
             return size_t(std::find(t.columns.begin(), t.columns.end(), name) - t.columns.begin());
         };
@@ -60,6 +63,7 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
             std::vector<nlohmann::json> row;
             std::vector<std::string> key;
             for (const auto& k : kRowParams) row.push_back(p.params.at(k)), key.push_back(p.params.at(k));
+            row.push_back(int64_t(p.round));
             // One regime per batch size class: N = 1 (decode, and a prompt's last-token
             // MatMuls) streams the weight once per token; N > 1 reuses it across tokens.
             // A prompt's last-token MatMuls (N = 1 inside a prefill call) are the decode

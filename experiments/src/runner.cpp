@@ -21,6 +21,7 @@
 #include "profinfer/experiment.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/store.h"
+#include "profinfer/stable_random.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
 
@@ -89,8 +90,8 @@ std::string duration_text(double s) {
     return b;
 }
 
-// The experiment's index: one row per point, kept across runs so that a second run
-// resumes where the first stopped.
+// The experiment's index: one row per (point, round), kept across runs so that a second
+// run resumes where the first stopped.
 class Index {
 public:
     explicit Index(const fs::path& path) : path_(path) {
@@ -101,10 +102,13 @@ public:
             throw Error("cannot open experiment index " + path.string() + ": " + msg);
         }
         sqlite3_busy_timeout(db_, 2000);
-        exec("CREATE TABLE IF NOT EXISTS experiment (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-             "CREATE TABLE IF NOT EXISTS points (id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT NOT NULL, "
-             "status TEXT NOT NULL, db TEXT, command TEXT, reason TEXT, started_at REAL, ended_at REAL, seconds REAL, "
-             "bench TEXT)");
+        // `points` (one run per point, before rounds) is the table of older indexes: its
+        // trace DBs are not committed, so those points are recorded again, in rounds.
+        exec("DROP TABLE IF EXISTS points;"
+             "CREATE TABLE IF NOT EXISTS experiment (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS runs (id TEXT NOT NULL, round INTEGER NOT NULL, key TEXT NOT NULL, "
+             "params TEXT NOT NULL, status TEXT NOT NULL, db TEXT, command TEXT, reason TEXT, started_at REAL, "
+             "ended_at REAL, seconds REAL, bench TEXT, PRIMARY KEY (id, round))");
     }
     ~Index() { sqlite3_close(db_); }
     Index(const Index&) = delete;
@@ -122,22 +126,23 @@ public:
         store::Statement st(db_, "INSERT OR REPLACE INTO experiment(key, value) VALUES (?, ?)");
         st.bind(1, key).bind(2, value).run();
     }
-    std::string status(const SweepPoint& p) {
-        store::Statement st(db_, "SELECT status FROM points WHERE id = ?");
-        st.bind(1, p.id());
+    std::string status(const SweepPoint& p, int round) {
+        store::Statement st(db_, "SELECT status FROM runs WHERE id = ? AND round = ?");
+        st.bind(1, p.id()).bind(2, int64_t(round));
         return st.step() ? st.column_text(0) : "";
     }
-    void put(const SweepPoint& p, const std::string& status, const std::string& db, const std::string& command,
+    void put(const SweepPoint& p, int round, const std::string& status, const std::string& db, const std::string& command,
              const std::string& reason, double started, double ended, const std::string& bench) {
         store::Statement st(db_,
-                            "INSERT OR REPLACE INTO points(id, key, params, status, db, command, reason, started_at, ended_at, "
-                            "seconds, bench) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
-        st.bind(1, p.id()).bind(2, p.key()).bind(3, nlohmann::json(p.params).dump()).bind(4, status).bind(5, db);
-        st.bind(6, command).bind(7, reason).bind(8, started).bind(9, ended).bind(10, ended - started).bind(11, bench).run();
+                            "INSERT OR REPLACE INTO runs(id, round, key, params, status, db, command, reason, started_at, "
+                            "ended_at, seconds, bench) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+        st.bind(1, p.id()).bind(2, int64_t(round)).bind(3, p.key()).bind(4, nlohmann::json(p.params).dump()).bind(5, status);
+        st.bind(6, db).bind(7, command).bind(8, reason).bind(9, started).bind(10, ended).bind(11, ended - started);
+        st.bind(12, bench).run();
     }
-    // Mean seconds of the points done so far (for the ETA); 0 when none.
+    // Mean seconds of the runs done so far (for the ETA); 0 when none.
     double mean_seconds() {
-        store::Statement st(db_, "SELECT coalesce(avg(seconds), 0) FROM points WHERE status = 'done'");
+        store::Statement st(db_, "SELECT coalesce(avg(seconds), 0) FROM runs WHERE status = 'done'");
         return st.step() ? st.column_double(0) : 0;
     }
 
@@ -324,7 +329,8 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                     " points cannot run here: " + missing.begin()->second + " (--quick skips them)");
     if (opt.dry_run) {
         std::cout << spec.name << ": " << spec.title << (spec.paper.empty() ? "" : " (" + spec.paper + ")") << "\n"
-                  << points.size() << " points at --level " << spec.level << (opt.quick ? " (quick)" : "") << " → "
+                  << points.size() << " points × " << (opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick))
+                  << " interleaved rounds at --level " << spec.level << (opt.quick ? " (quick)" : "") << " → "
                   << (opt.out_dir / "index.db").string() << "\n";
         for (const auto& p : points) {
             std::cout << "  " << p.key();
@@ -346,81 +352,106 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     fs::create_directories(opt.out_dir / "points");
     FolderLock lock(opt.out_dir);
     Index index(opt.out_dir / "index.db");
-    for (const auto& p : points)
-        if (index.status(p) == "running") reap_orphan(opt.out_dir / "points" / (p.id() + ".db"), p.key());
+    const int rounds = opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick);
+    rep.rounds = rounds;
+    auto db_of = [&](const SweepPoint& p, int round) {
+        return opt.out_dir / "points" / (p.id() + "-r" + std::to_string(round) + ".db");
+    };
+    for (int round = 1; round <= rounds; ++round)
+        for (const auto& p : points)
+            if (index.status(p, round) == "running") reap_orphan(db_of(p, round), p.key());
     index.set("name", spec.name);
     index.set("title", spec.title);
     index.set("paper", spec.paper);
     index.set("level", spec.level);
     index.set("board", opt.board);
     index.set("quick", opt.quick ? "1" : "0");
-    int k = 0;
-    for (const auto& p : points) {
-        ++k;
-        const std::string head = "[" + std::to_string(k) + "/" + std::to_string(points.size()) + "] " + p.key();
-        const fs::path db = opt.out_dir / "points" / (p.id() + ".db");
-        if (index.status(p) == "done") {
-            if (fs::exists(db)) {
-                ++rep.already_done;
+    index.set("rounds", std::to_string(rounds));
+    const int total = rounds * int(points.size());
+    int k = 0, left = total;
+    for (int round = 1; round <= rounds; ++round) {
+        for (size_t i : round_order(spec.name, round, points.size())) {
+            const auto& p = points[i];
+            ++k;
+            const std::string head = "[round " + std::to_string(round) + "/" + std::to_string(rounds) + ", " +
+                                     std::to_string(k) + "/" + std::to_string(total) + "] " + p.key();
+            const fs::path db = db_of(p, round);
+            if (index.status(p, round) == "done") {
+                if (fs::exists(db)) {
+                    ++rep.already_done;
+                    --left;
+                    continue;
+                }
+                // The index is committed with the results, the trace DBs are not: on a fresh
+                // clone a run the index calls done is recorded again.
+                std::cerr << head << ": done before, but its trace DB is not here: recording it again\n";
+            }
+            if (auto it = missing.find(p.id()); it != missing.end()) {
+                index.put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
+                if (round == 1) std::cerr << head << ": skipped: " << it->second << "\n";
+                ++rep.skipped;
+                --left;
                 continue;
             }
-            // The index is committed with the results, the trace DBs are not: on a fresh
-            // clone a point the index calls done is recorded again.
-            std::cerr << head << ": done before, but its trace DB is not here: recording it again\n";
-        }
-        if (auto it = missing.find(p.id()); it != missing.end()) {
-            index.put(p, "skipped", "", "", it->second, now_s(), now_s(), "");
-            std::cerr << head << ": skipped: " << it->second << "\n";
-            ++rep.skipped;
-            continue;
-        }
-        const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
-        const auto command = on_board(opt, point_command(p, model));
-        for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
-        // --stop-with-parent: a run killed mid-point leaves no recording behind it.
-        std::vector<std::string> argv{opt.profinfer.string(), "record", "--stop-with-parent", "--level", spec.level,
-                                      "--board", opt.board, "-o", db.string()};
-        if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
-        if (p.at("mem") != "none") {
-            // The model's pages leave the page cache first: pages cached by an earlier run
-            // are charged to no limit and would never be read from disk again.
-            argv.insert(argv.end(), {"--memory-limit", p.at("mem")});
-            drop_from_page_cache(model);
-        }
-        argv.push_back("--");
-        argv.insert(argv.end(), command.begin(), command.end());
-        const int remaining = int(points.size()) - k + 1;
-        const double mean = index.mean_seconds();
-        std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * remaining) + ")" : "") << " …\n";
-        const double started = now_s();
-        const std::string shown = env_prefix(p) + shell_command(command);
-        index.put(p, "running", db.string(), shown, "", started, started, "");
-        const int hog = hog_cpu(p);
-        const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
-        ProcessResult r;
-        try {
-            ScopedEnv env(point_env(p));
-            r = run_process(argv);
-        } catch (...) {
+            const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
+            const auto command = on_board(opt, point_command(p, model));
+            for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
+            // --stop-with-parent: a run killed mid-point leaves no recording behind it.
+            std::vector<std::string> argv{opt.profinfer.string(), "record", "--stop-with-parent", "--level", spec.level,
+                                          "--board", opt.board, "-o", db.string()};
+            if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
+            if (p.at("mem") != "none") {
+                // The model's pages leave the page cache first: pages cached by an earlier run
+                // are charged to no limit and would never be read from disk again.
+                argv.insert(argv.end(), {"--memory-limit", p.at("mem")});
+                drop_from_page_cache(model);
+            }
+            argv.push_back("--");
+            argv.insert(argv.end(), command.begin(), command.end());
+            const double mean = index.mean_seconds();
+            std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * left) + ")" : "") << " …\n";
+            --left;
+            const double started = now_s();
+            const std::string shown = env_prefix(p) + shell_command(command);
+            index.put(p, round, "running", db.string(), shown, "", started, started, "");
+            const int hog = hog_cpu(p);
+            const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
+            ProcessResult r;
+            try {
+                ScopedEnv env(point_env(p));
+                r = run_process(argv);
+            } catch (...) {
+                if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
+                throw;
+            }
             if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
-            throw;
-        }
-        if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
-        const double ended = now_s();
-        if (r.status == 0) {
-            index.put(p, "done", db.string(), shown, "", started, ended, r.out);
-            ++rep.done;
-            std::cerr << "    done in " << duration_text(ended - started) << "\n";
-        } else {
-            std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
-            while (!why.empty() && why.back() == '\n') why.pop_back();
-            if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
-            index.put(p, "failed", db.string(), shown, why, started, ended, r.out);
-            ++rep.failed;
-            std::cerr << "    failed: " << why << "\n";
+            const double ended = now_s();
+            if (r.status == 0) {
+                index.put(p, round, "done", db.string(), shown, "", started, ended, r.out);
+                ++rep.done;
+                std::cerr << "    done in " << duration_text(ended - started) << "\n";
+            } else {
+                std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
+                while (!why.empty() && why.back() == '\n') why.pop_back();
+                if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
+                index.put(p, round, "failed", db.string(), shown, why, started, ended, r.out);
+                ++rep.failed;
+                std::cerr << "    failed: " << why << "\n";
+            }
         }
     }
     return rep;
+}
+
+std::vector<size_t> round_order(const std::string& spec_name, int round, size_t n) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    // Round 1 in the spec's order, then a Fisher–Yates shuffle seeded by the spec's name and
+    // the round.
+    if (round <= 1) return order;
+    StableRandom rng{fnv1a(spec_name + "#" + std::to_string(round))};
+    for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+    return order;
 }
 
 }  // namespace profinfer

@@ -5,6 +5,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
+#include "profinfer/stable_random.h"
 
 namespace profinfer {
 
@@ -65,7 +66,50 @@ std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t,
     return out;
 }
 
+// A claim's side: parameter → value, every parameter known.
+std::map<std::string, std::string> read_selector(const toml::node_view<const toml::node>& n, const std::string& where) {
+    std::map<std::string, std::string> out;
+    if (!n) return out;
+    const auto* t = n.as_table();
+    if (!t) throw Error(where + " is a table of parameter values, e.g. { ctx = 0 }");
+    for (const auto& [k, v] : read_sweep(t, where))
+        if (v.size() == 1)
+            out[k] = v.front();
+        else
+            throw Error(where + ": '" + k + "' takes one value");
+    return out;
+}
+
+Claim read_claim(const toml::table& t, const std::string& where) {
+    Claim c;
+    c.says = t["says"].value_or(std::string());
+    c.metric = t["metric"].value_or(std::string());
+    c.metric_b = t["metric_b"].value_or(std::string());
+    if (c.says.empty() || c.metric.empty()) throw Error(where + " needs says and metric");
+    c.a = read_selector(t["a"], where + " a");
+    c.b = read_selector(t["b"], where + " b");
+    if (auto v = t["value"].value<double>()) c.value = *v;
+    const std::string expect = t["expect"].value_or(std::string());
+    const std::string other = c.value ? "value" : "b";
+    if (expect == "a > " + other)
+        c.expect_greater = true;
+    else if (expect == "a < " + other)
+        c.expect_greater = false;
+    else
+        throw Error(where + ": expect is \"a > " + other + "\" or \"a < " + other + "\", not '" + expect + "'");
+    if (!c.value && c.a.empty() && c.b.empty() && c.metric_b.empty())
+        throw Error(where + ": a and b select the same points: give a, b or metric_b");
+    c.requires_cpus = int(t["requires_cpus"].value_or(int64_t(0)));
+    c.requires_pmu = t["requires_pmu"].value_or(false);
+    c.not_testable = t["not_testable"].value_or(std::string());
+    return c;
+}
+
 }  // namespace
+
+std::string Claim::expectation() const {
+    return std::string("a ") + (expect_greater ? ">" : "<") + (value ? " value" : " b");
+}
 
 const std::string& SweepPoint::at(const std::string& name) const {
     auto it = params.find(name);
@@ -82,8 +126,7 @@ std::string SweepPoint::key() const {
 
 std::string SweepPoint::id() const {
     // Readable where it matters, unique through a hash of the whole key.
-    uint64_t fnv = 1469598103934665603ull;  // FNV-1a: the same on every machine and build
-    for (unsigned char c : key()) fnv = (fnv ^ c) * 1099511628211ull;
+    const uint64_t fnv = fnv1a(key());  // the same on every machine and build
     char h[17];
     std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(fnv));
     return at("model") + "-" + at("type") + "-" + at("backend") + "-t" + at("threads") + "-" + std::string(h).substr(0, 8);
@@ -124,6 +167,18 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
             for (const auto& e : *a) s.stats.push_back(e.value_or(std::string()));
         s.timeline = (*o)["timeline"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);
+    }
+    s.rounds = int(t["rounds"].value_or(int64_t(5)));
+    s.quick_rounds = int(t["quick_rounds"].value_or(int64_t(2)));
+    if (s.rounds < 5 || s.quick_rounds < 2)
+        throw Error(file.string() + ": rounds must be at least 5 and quick_rounds at least 2 (medians with intervals need them)");
+    if (const auto* cl = t["claim"].as_array()) {
+        int i = 0;
+        for (const auto& e : *cl) {
+            ++i;
+            if (!e.as_table()) throw Error(file.string() + ": [[claim]] " + std::to_string(i) + " is not a table");
+            s.claims.push_back(read_claim(*e.as_table(), file.string() + " [[claim]] " + std::to_string(i)));
+        }
     }
     if (const auto* n = t["notes"].as_array())
         for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));

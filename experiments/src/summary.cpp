@@ -1,8 +1,12 @@
+#include <linux/perf_event.h>
 #include <sqlite3.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <fstream>
 #include <sstream>
 
 #include "profinfer/error.h"
@@ -10,6 +14,7 @@
 #include "profinfer/output_file.h"
 #include "profinfer/dag.h"
 #include "profinfer/gzip_stream.h"
+#include "profinfer/intervals.h"
 #include "profinfer/plotter.h"
 #include "profinfer/timeline.h"
 #include "profinfer/stats.h"
@@ -21,12 +26,6 @@ namespace profinfer {
 
 namespace {
 
-double median(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
@@ -43,7 +42,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         std::vector<double> tpot;
         store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
         while (st.step()) tpot.push_back(st.column_int(0) / 1e6);
-        const double med = median(tpot);
+        const double med = median_of(tpot);
         m["decode_calls"] = tpot.size();
         m["decode_tps"] = number_or_null(1000.0 / med);  // from the median time per decode call
     }
@@ -120,73 +119,261 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
     return m;
 }
 
-std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
-    // The sweep's points by id; a row takes its parameters from here, so that a point
-    // recorded before a parameter existed has that parameter's default too.
-    std::map<std::string, std::map<std::string, std::string>> sweep;
-    for (const auto& p : spec.points(quick)) sweep[p.id()] = p.params;
-    struct Row {
-        std::map<std::string, std::string> params;
-        nlohmann::json metrics;
-        std::string id;
-        fs::path db;
-    };
-    std::vector<Row> rows;
-    {
-        sqlite3* h = nullptr;
-        const fs::path index = out_dir / "index.db";
-        if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
-        if (sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-            sqlite3_close(h);
-            throw Error("cannot open " + index.string());
-        }
-        try {
-            store::Statement st(h, "SELECT params, db, bench, id FROM points WHERE status = 'done' ORDER BY rowid");  // params: as recorded
-            while (st.step())
-                if (auto it = sweep.find(st.column_text(3)); it != sweep.end())
-                    rows.push_back({it->second, point_metrics(st.column_text(1), st.column_text(2)), st.column_text(3),
-                                    st.column_text(1)});
-        } catch (...) {
-            sqlite3_close(h);
-            throw;
-        }
-        sqlite3_close(h);
+namespace {
+
+struct MetricInfo {
+    std::string name, unit;
+};
+// Every metric of a point, with the unit its axis and table show.
+const std::vector<MetricInfo> kMetrics = {
+    {"decode_tps", "tokens/s"},          {"prefill_tps", "tokens/s"},      {"bench_tg_tps", "tokens/s"},
+    {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"},
+    {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
+    {"gpu_graph_share_pct", "%"}};
+
+const std::string& unit_of(const std::string& metric) {
+    static const std::string none;
+    for (const auto& m : kMetrics)
+        if (m.name == metric) return m.unit;
+    return none;
+}
+
+std::string fmt3(double v) {
+    if (!std::isfinite(v)) return "–";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", v);
+    return b;
+}
+
+// "42.1 [40.3, 43.0]", or "42.1" without an interval.
+std::string with_interval(const Interval& i) {
+    if (!std::isfinite(i.median)) return "–";
+    return fmt3(i.median) + (i.has_interval() ? " [" + fmt3(i.lo) + ", " + fmt3(i.hi) + "]" : "");
+}
+
+nlohmann::json cell(const std::string& text) {
+    if (!numeric(text)) return text;
+    if (text.find('.') == std::string::npos) return int64_t(std::stoll(text));  // threads, ctx, ...: integers
+    return std::stod(text);
+}
+
+// A point of the study with every round recorded for it.
+struct Recorded {
+    std::string id;
+    std::map<std::string, std::string> params;
+    std::vector<std::pair<int, fs::path>> dbs;  // (round, trace DB), by round
+    std::vector<nlohmann::json> metrics;        // per entry of dbs
+    PointSamples samples() const {
+        PointSamples s{params, {}};
+        for (size_t i = 0; i < dbs.size(); ++i)
+            for (const auto& [name, v] : metrics[i].items())
+                if (v.is_number()) s.metrics[name][dbs[i].first] = v.get<double>();
+        return s;
     }
-    if (rows.empty()) throw Error(spec.name + ": no point is done yet");
-    // Columns: the parameters that vary, then every metric.
+};
+
+// The runs done of the sweep's points, from the index, point by point in the sweep's order.
+std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, std::string& board) {
+    const fs::path index = out_dir / "index.db";
+    if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
+    std::vector<Recorded> points;
+    std::map<std::string, size_t> at;
+    for (const auto& p : spec.points(quick)) {
+        at[p.id()] = points.size();
+        points.push_back({p.id(), p.params, {}, {}});  // parameters as the sweep has them now
+    }
+    sqlite3* h = nullptr;
+    if (sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+        sqlite3_close(h);
+        throw Error("cannot open " + index.string());
+    }
+    try {
+        if (!store::Statement(h, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step())
+            throw Error(index.string() + " is an index from before interleaved rounds: run the experiment again");
+        if (store::Statement b(h, "SELECT value FROM experiment WHERE key = 'board'"); b.step()) board = b.column_text(0);
+        store::Statement st(h, "SELECT id, round, db, bench FROM runs WHERE status = 'done' ORDER BY round, id");
+        while (st.step()) {
+            auto it = at.find(st.column_text(0));
+            if (it == at.end()) continue;  // the other sweep's point
+            Recorded& r = points[it->second];
+            r.dbs.push_back({int(st.column_int(1)), st.column_text(2)});
+            r.metrics.push_back(point_metrics(st.column_text(2), st.column_text(3)));
+        }
+    } catch (...) {
+        sqlite3_close(h);
+        throw;
+    }
+    sqlite3_close(h);
+    std::vector<Recorded> done;
+    for (auto& p : points)
+        if (!p.dbs.empty()) done.push_back(std::move(p));
+    return done;
+}
+
+// The machine the results are for, for captions: results/<board>/machine.json's CPU.
+std::string machine_of(const fs::path& out_dir, const std::string& board) {
+    for (const fs::path& f : {out_dir.parent_path() / "machine.json", out_dir.parent_path().parent_path() / "machine.json"}) {
+        try {
+            std::ifstream in(f);
+            if (!in) continue;
+            const auto j = nlohmann::json::parse(in);
+            return j.value("cpu", std::string("?")) + " (" + board + ")";
+        } catch (const nlohmann::json::exception&) {
+        }
+    }
+    return board;
+}
+
+}  // namespace
+
+Testbed Testbed::here() {
+    Testbed t;
+    t.cpus = int(sysconf(_SC_NPROCESSORS_ONLN));
+    perf_event_attr a{};
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = PERF_COUNT_HW_CPU_CYCLES;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    const int fd = int(syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+    t.pmu = fd >= 0;
+    if (fd >= 0) close(fd);
+    return t;
+}
+
+std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
+                                         const Testbed& here) {
+    std::vector<ClaimResult> out;
+    for (const auto& c : spec.claims) {
+        std::string untestable = c.not_testable;
+        if (untestable.empty() && c.requires_cpus > here.cpus)
+            untestable = "needs " + std::to_string(c.requires_cpus) + " CPUs or more; this machine has " +
+                         std::to_string(here.cpus);
+        if (untestable.empty() && c.requires_pmu && !here.pmu)
+            untestable = "needs hardware performance counters; this machine has no PMU";
+        if (!untestable.empty()) {
+            out.push_back({&c, "", Interval{}, Verdict::NotTestable, untestable});
+            continue;
+        }
+        // Each side's points, grouped by the parameters neither side fixes.
+        auto matches = [](const PointSamples& p, const std::map<std::string, std::string>& sel) {
+            for (const auto& [k, v] : sel)
+                if (p.params.at(k) != v) return false;
+            return true;
+        };
+        auto group_of = [&](const PointSamples& p) {
+            std::string g;
+            for (const auto& [k, v] : p.params)
+                if (!c.a.count(k) && !c.b.count(k)) {
+                    bool varies = false;  // only what differs between the study's points names a group
+                    for (const auto& q : points) varies |= q.params.at(k) != v;
+                    if (varies) g += (g.empty() ? "" : ", ") + k + "=" + v;
+                }
+            return g;
+        };
+        std::map<std::string, const PointSamples*> as, bs;
+        for (const auto& p : points) {
+            if (matches(p, c.a)) as[group_of(p)] = &p;
+            if (!c.value && matches(p, c.b)) bs[group_of(p)] = &p;
+        }
+        if (as.empty()) {
+            out.push_back({&c, "", Interval{}, Verdict::NotTestable, "no recorded point matches a"});
+            continue;
+        }
+        static const ByRound kNone;
+        auto samples = [&](const PointSamples* p, const std::string& metric) -> const ByRound& {
+            auto it = p->metrics.find(metric);
+            return it == p->metrics.end() ? kNone : it->second;
+        };
+        for (const auto& [group, a] : as) {
+            ClaimResult r{&c, group, Interval{}, Verdict::NotTestable, ""};
+            const ByRound& av = samples(a, c.metric);
+            if (c.value) {
+                std::vector<double> v;
+                for (const auto& [round, x] : av) v.push_back(x);
+                r.estimate = median_interval(v);
+                r.verdict = judge(r.estimate, *c.value, c.expect_greater);
+            } else if (auto b = bs.find(group); b == bs.end()) {
+                r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
+            } else {
+                r.estimate = ratio_interval(av, samples(b->second, c.metric_b.empty() ? c.metric : c.metric_b));
+                r.verdict = judge(r.estimate, 1.0, c.expect_greater);
+            }
+            if (r.verdict == Verdict::NotTestable && r.reason.empty())
+                r.reason = r.estimate.n == 0 ? c.metric + " was not measured"
+                                             : "n = " + std::to_string(r.estimate.n) + " rounds: too few for an interval (at least " +
+                                                   std::to_string(kMinRoundsForInterval) + ")";
+            out.push_back(r);
+        }
+    }
+    return out;
+}
+
+std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
+    std::string board = "host";
+    const std::vector<Recorded> points = read_runs(spec, out_dir, quick, board);
+    if (points.empty()) throw Error(spec.name + ": no point is done yet");
+    const size_t n_sweep = spec.points(quick).size();
+    size_t max_n = 0, min_n = SIZE_MAX;
+    for (const auto& p : points) max_n = std::max(max_n, p.dbs.size()), min_n = std::min(min_n, p.dbs.size());
+    std::vector<PointSamples> samples;
+    for (const auto& p : points) samples.push_back(p.samples());
+    auto interval_of = [&](size_t i, const std::string& metric) {
+        std::vector<double> v;
+        if (auto it = samples[i].metrics.find(metric); it != samples[i].metrics.end())
+            for (const auto& [round, x] : it->second) v.push_back(x);
+        return median_interval(v);
+    };
+    // Columns: the parameters that vary, n, then every metric's median and interval.
     std::vector<std::string> varying;
-    for (const auto& [name, value] : rows.front().params) {
+    for (const auto& [name, value] : points.front().params) {
         std::set<std::string> values;
-        for (const auto& r : rows) values.insert(r.params.at(name));
+        for (const auto& r : points) values.insert(r.params.at(name));
         if (values.size() > 1 || name == spec.x || name == spec.series) varying.push_back(name);
     }
-    Table t;
-    t.columns = varying;
-    const std::vector<std::string> metric_names = {"decode_tps",        "prefill_tps",         "bench_tg_tps",
-                                                   "bench_pp_tps",      "op_ms_per_token",     "mul_mat_share_pct",
-                                                   "attention_share_pct", "wait_share_pct", "preempted_per_token",
-                                                   "gpu_graph_share_pct"};
-    for (const auto& m : metric_names) t.columns.push_back(m);
-    for (const auto& r : rows) {
-        std::vector<nlohmann::json> cells;
-        for (const auto& v : varying) {
-            const std::string& text = r.params.at(v);
-            if (!numeric(text))
-                cells.push_back(text);
-            else if (text.find('.') == std::string::npos)
-                cells.push_back(int64_t(std::stoll(text)));  // threads, ctx, ...: printed as integers
-            else
-                cells.push_back(std::stod(text));
-        }
-        for (const auto& m : metric_names) cells.push_back(r.metrics.value(m, nlohmann::json(nullptr)));
-        t.rows.push_back(cells);
-    }
     std::vector<fs::path> written;
-    // Per-point outputs, named by the point's id (the index maps ids to parameters).
-    for (const auto& r : rows) {
+    Table t, all;
+    t.columns = varying;
+    t.columns.push_back("n");
+    all.columns = {"id"};
+    for (const auto& [name, value] : points.front().params) all.columns.push_back(name);
+    all.columns.push_back("n");
+    for (const auto& m : kMetrics) {
+        for (Table* tab : {&t, &all}) {
+            tab->columns.push_back(m.name);
+            tab->columns.push_back(m.name + "_lo");
+            tab->columns.push_back(m.name + "_hi");
+        }
+    }
+    std::vector<std::vector<std::string>> md_rows;
+    for (size_t i = 0; i < points.size(); ++i) {
+        const auto& r = points[i];
+        std::vector<nlohmann::json> cells, every{r.id};
+        std::vector<std::string> md;
+        for (const auto& v : varying) cells.push_back(cell(r.params.at(v))), md.push_back(r.params.at(v));
+        for (const auto& [name, value] : r.params) every.push_back(value);
+        cells.push_back(int64_t(r.dbs.size()));
+        every.push_back(int64_t(r.dbs.size()));
+        md.push_back(std::to_string(r.dbs.size()));
+        for (const auto& m : kMetrics) {
+            const Interval iv = interval_of(i, m.name);
+            for (auto* row : {&cells, &every}) {
+                row->push_back(number_or_null(iv.median));
+                row->push_back(number_or_null(iv.lo));
+                row->push_back(number_or_null(iv.hi));
+            }
+            md.push_back(with_interval(iv));
+        }
+        t.rows.push_back(std::move(cells));
+        all.rows.push_back(std::move(every));
+        md_rows.push_back(std::move(md));
+    }
+    // Per-point outputs, named by the point's id, from its first recorded round.
+    for (const auto& r : points) {
         const fs::path base = out_dir / "points" / r.id;
+        const fs::path db = r.dbs.front().second;
         if (!spec.dag.empty()) {
-            TraceGraphs trace(r.db);
+            TraceGraphs trace(db);
             Dag dag = Dag::build(trace, trace.default_call());
             int max_layer = -1;
             for (const auto& n : dag.nodes) max_layer = std::max(max_layer, n.layer);
@@ -198,14 +385,14 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         }
         for (const auto& by : spec.stats) {
             const fs::path f = base.string() + "-stat-" + by + ".csv";
-            OutputFile::write(f, stats_table(r.db, by).to_csv());
+            OutputFile::write(f, stats_table(db, by).to_csv());
             written.push_back(f);
         }
         if (spec.timeline) {
             const fs::path f = base.string() + "-trace.json.gz";
             OutputFile file(f);
             GzipStream gz(file.stream());
-            write_timeline(r.db, gz);
+            write_timeline(db, gz);
             gz.finish();
             file.commit();
             written.push_back(f);
@@ -213,88 +400,169 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     }
     if (spec.matmuls) {
         std::vector<StudyPoint> pts;
-        for (const auto& r : rows) pts.push_back({r.params, r.db});
+        for (const auto& r : points)
+            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
         for (auto& f : summarise_matmuls(spec, pts, out_dir)) written.push_back(f);
     }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");
+    // Every parameter of every point beside its metrics: what a later step (profinfer fit) reads.
+    OutputFile::write(out_dir / "points.csv", all.to_csv());
+    written.push_back(out_dir / "points.csv");
     {
-        // Every parameter of every point beside its metrics: what a later step (profinfer
-        // fit) reads, whatever the table shows.
-        Table all;
-        all.columns = {"id"};
-        for (const auto& [name, value] : rows.front().params) all.columns.push_back(name);
-        for (const auto& m : metric_names) all.columns.push_back(m);
-        for (const auto& r : rows) {
-            std::vector<nlohmann::json> cells{r.id};
-            for (const auto& [name, value] : r.params) cells.push_back(value);
-            for (const auto& m : metric_names) cells.push_back(r.metrics.value(m, nlohmann::json(nullptr)));
-            all.rows.push_back(std::move(cells));
+        // Every run (point, round) with its metrics: what the medians and intervals come from.
+        Table runs;
+        runs.columns = {"id", "round"};
+        for (const auto& m : kMetrics) runs.columns.push_back(m.name);
+        for (const auto& r : points)
+            for (size_t k = 0; k < r.dbs.size(); ++k) {
+                std::vector<nlohmann::json> row{r.id, int64_t(r.dbs[k].first)};
+                for (const auto& m : kMetrics) row.push_back(r.metrics[k].value(m.name, nlohmann::json(nullptr)));
+                runs.rows.push_back(std::move(row));
+            }
+        OutputFile::write(out_dir / "runs.csv", runs.to_csv());
+        written.push_back(out_dir / "runs.csv");
+    }
+    const auto verdicts = evaluate_claims(spec, samples, Testbed::here());
+    {
+        Table v;
+        v.columns = {"claim", "metric", "expect", "a", "b", "group", "estimate", "lo", "hi", "n", "verdict", "reason"};
+        auto sel = [](const std::map<std::string, std::string>& s) {
+            std::string o;
+            for (const auto& [k, x] : s) o += (o.empty() ? "" : ", ") + k + "=" + x;
+            return o;
+        };
+        for (const auto& r : verdicts) {
+            const Claim& c = *r.claim;
+            v.rows.push_back({c.says, c.metric + (c.metric_b.empty() ? "" : " / " + c.metric_b), c.expectation(), sel(c.a),
+                              c.value ? nlohmann::json(*c.value) : nlohmann::json(sel(c.b)), r.group,
+                              number_or_null(r.estimate.median), number_or_null(r.estimate.lo),
+                              number_or_null(r.estimate.hi), int64_t(r.estimate.n), to_string(r.verdict), r.reason});
         }
-        OutputFile::write(out_dir / "points.csv", all.to_csv());
-        written.push_back(out_dir / "points.csv");
+        OutputFile::write(out_dir / "verdicts.csv", v.to_csv());
+        written.push_back(out_dir / "verdicts.csv");
     }
     {
         std::ostringstream md;
         md << "# " << spec.title << "\n\n";
         if (!spec.paper.empty()) md << "Reproduces: " << spec.paper << ". ";
-        md << "Tracer level: `" << spec.level << "`. Sweep: " << (quick ? "quick" : "full") << ", " << rows.size() << " of "
-           << sweep.size() << " points recorded.\n\n";
+        md << "Tracer level: `" << spec.level << "`. Sweep: " << (quick ? "quick" : "full") << ", " << points.size()
+           << " of " << n_sweep << " points recorded, "
+           << (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n))
+           << " interleaved rounds each (n). Cells: median over the rounds [95 % bootstrap interval]";
+        if (min_n < kMinRoundsForInterval)
+            md << "; no interval where n < " << kMinRoundsForInterval << " (too few rounds)";
+        md << ".\n\n";
         for (const auto& n : spec.notes) md << "- " << n << "\n";
-        md << "- Points: `index.db` (parameters, command, timings); per point `points/<id>.db` and its outputs.\n";
-        md << "\n| " ;
-        for (const auto& c : t.columns) md << c << " | ";
-        md << "\n|";
-        for (size_t i = 0; i < t.columns.size(); ++i) md << "---|";
-        md << "\n";
-        for (const auto& r : t.to_json()) {
-            md << "| ";
-            for (const auto& c : t.columns) {
-                const auto& v = r[c];
-                if (v.is_number_float()) {
-                    char b[32];
-                    std::snprintf(b, sizeof b, "%.3g", v.get<double>());
-                    md << b;
-                } else {
-                    md << (v.is_null() ? "–" : v.is_string() ? v.get<std::string>() : v.dump());
-                }
-                md << " | ";
+        md << "- Points: `index.db` (parameters, command, timings per round), `runs.csv` (every round's metrics); "
+              "per point `points/<id>-r<round>.db` and the outputs of its first round.\n";
+        if (!verdicts.empty()) {
+            md << "\n## Verdicts\n\nEach claim as a comparison of medians over the rounds: the ratio a / b (or a's "
+                  "median against a value) with its 95 % bootstrap interval; reproduced or not reproduced only when "
+                  "the interval excludes no effect.\n\n| claim | test | group | estimate [95 % interval] | n | verdict |\n"
+                  "|---|---|---|---|---|---|\n";
+            for (const auto& r : verdicts) {
+                const Claim& c = *r.claim;
+                std::string test = c.metric + " " + c.expectation();
+                md << "| " << c.says << " | " << test << " | " << (r.group.empty() ? "–" : r.group) << " | "
+                   << with_interval(r.estimate) << " | " << r.estimate.n << " | **" << to_string(r.verdict) << "**"
+                   << (r.reason.empty() ? "" : ": " + r.reason) << " |\n";
             }
+        }
+        md << "\n## Points\n\n| ";
+        for (const auto& c : varying) md << c << " | ";
+        md << "n | ";
+        for (const auto& m : kMetrics) md << m.name << (m.unit.empty() ? "" : " (" + m.unit + ")") << " | ";
+        md << "\n|";
+        for (size_t i = 0; i < varying.size() + 1 + kMetrics.size(); ++i) md << "---|";
+        md << "\n";
+        for (const auto& row : md_rows) {
+            md << "| ";
+            for (const auto& c : row) md << c << " | ";
             md << "\n";
         }
         OutputFile::write(out_dir / "table.md", md.str());
         written.push_back(out_dir / "table.md");
     }
-    // A figure per metric: x against the metric, a line per series value.
+    // A figure per metric: x against the metric's median with its interval, per series;
+    // categories as bars.
+    std::set<std::string> models;
+    for (const auto& r : points) models.insert(r.params.at("model"));
+    std::string model_list;
+    for (const auto& m : models) model_list += (model_list.empty() ? "" : ", ") + m;
+    const std::string caption = machine_of(out_dir, board) + "; " + model_list + "; --level " + spec.level + "; n = " +
+                                (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n)) +
+                                " rounds per point: median and 95 % bootstrap interval" +
+                                (min_n < kMinRoundsForInterval ? " (none: too few rounds)" : "");
     Plotter plot(out_dir);
     std::vector<std::string> xs;
-    for (const auto& r : rows)
+    for (const auto& r : points)
         if (std::find(xs.begin(), xs.end(), r.params.at(spec.x)) == xs.end()) xs.push_back(r.params.at(spec.x));
     const bool x_numeric = std::all_of(xs.begin(), xs.end(), numeric);
     if (x_numeric) std::sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return std::stod(a) < std::stod(b); });
     for (const auto& metric : spec.metrics) {
-        std::map<std::string, std::vector<std::tuple<double, double, std::string>>> series;
-        for (const auto& r : rows) {
-            const auto v = r.metrics.value(metric, nlohmann::json(nullptr));
-            if (!v.is_number()) continue;
-            const std::string& x = r.params.at(spec.x);
-            const double pos = x_numeric ? std::stod(x) : double(std::find(xs.begin(), xs.end(), x) - xs.begin());
-            series[spec.series.empty() ? metric : spec.series + "=" + r.params.at(spec.series)].emplace_back(
-                pos, v.get<double>(), gnuplot_label(x));
+        // series → x → (median, lo, hi)
+        std::map<std::string, std::map<std::string, Interval>> series;
+        double lo_all = INFINITY, hi_all = 0;
+        for (size_t i = 0; i < points.size(); ++i) {
+            const Interval iv = interval_of(i, metric);
+            if (!std::isfinite(iv.median)) continue;
+            series[spec.series.empty() ? metric : spec.series + "=" + points[i].params.at(spec.series)][points[i].params.at(spec.x)] = iv;
+            if (iv.median > 0) lo_all = std::min(lo_all, iv.median), hi_all = std::max(hi_all, iv.median);
         }
         if (series.empty()) continue;
+        const bool log_y = lo_all > 0 && hi_all / lo_all >= 30;  // values spanning decades
+        const std::string unit = unit_of(metric);
         auto f = plot.draw(spec.name + "-" + metric, spec.title + ": " + metric, [&](Gnuplot& gp) {
-            gp << "set xlabel " << gnuplot_quote(spec.x) << "\nset ylabel " << gnuplot_quote(metric) << "\nset yrange [0:*]\n";
-            if (!x_numeric) gp << "set xrange [-0.5:" << xs.size() - 0.5 << "]\n";
-            std::string cmd = "plot ";
-            int i = 0;
-            for (auto& [name, pts] : series) {
-                std::sort(pts.begin(), pts.end());
-                cmd += std::string(i++ ? ", " : "") + "'-' using 1:2" + (x_numeric ? "" : ":xtic(3)") +
-                       " with linespoints lw 2 pt 7 title " + gnuplot_quote(name);
+            gp << "set xlabel " << gnuplot_quote(spec.x) << "\nset ylabel "
+               << gnuplot_quote(metric + (unit.empty() ? "" : " (" + unit + ")")) << "\n";
+            gp << "set bmargin 6\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.03 left font ',8'\n";
+            gp << (log_y ? "set logscale y\n" : "set yrange [0:*]\n");
+            if (x_numeric) {
+                // Ticks at the values measured (no "1.5 threads"), the outer points off the border.
+                if (xs.size() <= 16) {
+                    std::string tics;
+                    for (const auto& x : xs) tics += (tics.empty() ? "" : ", ") + x;
+                    gp << "set xtics (" << tics << ")\n";
+                }
+                gp << "set offsets graph 0.05, graph 0.05, 0, 0\n";
+                std::string cmd = "plot ";
+                int k = 0;
+                for (const auto& [name, by_x] : series)
+                    cmd += std::string(k++ ? ", " : "") + "'-' using 1:2:3:4 with yerrorlines lw 2 pt 7 title " +
+                           gnuplot_quote(name);
+                gp << cmd << "\n";
+                for (const auto& [name, by_x] : series) {
+                    std::vector<std::tuple<double, double, double, double>> pts;
+                    for (const auto& x : xs)
+                        if (auto it = by_x.find(x); it != by_x.end()) {
+                            const Interval& iv = it->second;
+                            pts.emplace_back(std::stod(x), iv.median, iv.has_interval() ? iv.lo : iv.median,
+                                             iv.has_interval() ? iv.hi : iv.median);
+                        }
+                    gp.send1d(pts);
+                }
+            } else {
+                // Categories: clustered bars, one per series, with the interval as an error bar.
+                gp << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
+                      "set style fill solid 0.5 border -1\nset xtics rotate by -20\n";
+                std::string cmd = "plot ";
+                int k = 0;
+                for (const auto& [name, by_x] : series)
+                    cmd += std::string(k++ ? ", " : "") + "'-' using 2:3:4" + (k == 1 ? ":xtic(1)" : "") + " title " +
+                           gnuplot_quote(name);
+                gp << cmd << "\n";
+                for (const auto& [name, by_x] : series) {
+                    for (const auto& x : xs) {
+                        auto it = by_x.find(x);
+                        const Interval iv = it == by_x.end() ? Interval{} : it->second;
+                        const double m = std::isfinite(iv.median) ? iv.median : NAN;
+                        gp << gnuplot_label(x) << " " << m << " " << (iv.has_interval() ? iv.lo : m) << " "
+                           << (iv.has_interval() ? iv.hi : m) << "\n";
+                    }
+                    gp << "e\n";
+                }
             }
-            gp << cmd << "\n";
-            for (const auto& [name, pts] : series) gp.send1d(pts);
         });
         written.push_back(f.png);
         written.push_back(f.svg);

@@ -1,5 +1,5 @@
-// The experiment runner on the real llama.cpp (tiny models): every point recorded once,
-// resumed without redoing finished points, missing backends skipped with their reason
+// The experiment runner on the real llama.cpp (tiny models): every point recorded once per
+// interleaved round, resumed without redoing finished runs, missing backends skipped with their reason
 // (quick) or refused before anything runs; and profinfer diff on two of its points.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
@@ -78,12 +78,18 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     TempDir d;
     std::ofstream(d / "spec.toml") << kSpec;
     const fs::path out = d / "out";
-    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    const std::vector<std::string> cmd{profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"};
+    auto r = run(cmd);
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("[2/2]"), std::string::npos) << r.err;  // progress
+    EXPECT_NE(r.err.find("[round 2/2, 4/4]"), std::string::npos) << r.err;  // progress
     const fs::path index = out / "index.db";
-    EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM points WHERE status = 'done'"), 2);
-    for (const char* f : {"table.csv", "table.md", "points.csv", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
+    EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM runs WHERE status = 'done'"), 4);
+    EXPECT_EQ(index_scalar(index, "SELECT count(DISTINCT id) FROM runs WHERE status = 'done' AND round = 2"), 2);
+    // Each round's runs one after the other: no run of round 2 began before round 1 ended.
+    EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM runs a JOIN runs b ON a.round = 1 AND b.round = 2 "
+                                  "WHERE b.started_at < a.ended_at"),
+              0);
+    for (const char* f : {"table.csv", "table.md", "points.csv", "runs.csv", "verdicts.csv", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
                           "matmuls.csv", "fit.csv", "fit.md", "tiny-threads-t1.png", "tiny-threads-t2.svg"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
     // Fig. 10 across the points: matmuls.csv is every point's `stat --by matmul`, side by side.
@@ -110,7 +116,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
         sqlite3* h = nullptr;
         ASSERT_EQ(sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
         {  // the statement must be finalised before the connection can close
-        store::Statement st(h, "SELECT db, params FROM points");
+        store::Statement st(h, "SELECT db, params FROM runs");
         while (st.step()) {
             store::Database db(st.column_text(0), store::Database::Mode::ReadOnly);
             EXPECT_EQ(db.meta()["status"], "complete");
@@ -123,15 +129,15 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     }
     const auto before = mtimes(out);
     // A second run finds everything done and records nothing.
-    r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    r = run(cmd);
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("0 recorded, 2 already done"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("0 recorded, 4 already done"), std::string::npos) << r.err;
     EXPECT_EQ(mtimes(out), before);
-    // A point left running (the runner was killed during it) is recorded again, alone.
-    ASSERT_EQ(run({"sqlite3", index, "UPDATE points SET status = 'running' WHERE rowid = 2"}).status, 0);
-    r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    // A run left running (the runner was killed during it) is recorded again, alone.
+    ASSERT_EQ(run({"sqlite3", index, "UPDATE runs SET status = 'running' WHERE rowid = 2"}).status, 0);
+    r = run(cmd);
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("1 recorded, 1 already done"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("1 recorded, 3 already done"), std::string::npos) << r.err;
     const auto after = mtimes(out);
     int changed = 0;
     for (const auto& [f, t] : after) changed += before.count(f) && before.at(f) != t;
@@ -140,16 +146,16 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     // again, and the tables are written from them.
     for (const auto& [f, t] : after)
         for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(out / "points" / (f + suffix));
-    r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    r = run(cmd);
     ASSERT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.err.find("2 recorded, 0 already done"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("4 recorded, 0 already done"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("its trace DB is not here"), std::string::npos) << r.err;
-    EXPECT_EQ(mtimes(out).size(), 2u);
+    EXPECT_EQ(mtimes(out).size(), 4u);
 
-    // profinfer diff between the two points: per call, what the statistics say of each.
+    // profinfer diff between the two points' first rounds: per call, what the statistics say of each.
     std::vector<fs::path> dbs;
     for (const auto& f : fs::directory_iterator(out / "points"))
-        if (f.path().extension() == ".db") dbs.push_back(f.path());
+        if (f.path().extension() == ".db" && f.path().stem().string().ends_with("-r1")) dbs.push_back(f.path());
     ASSERT_EQ(dbs.size(), 2u);
     auto diff = run({profinfer_bin(), "diff", dbs[0], dbs[1], "--format", "json"});
     ASSERT_EQ(diff.status, 0) << diff.err;
@@ -179,8 +185,9 @@ TEST(ExperimentRun, MissingBackendSkippedInQuickRefusedOtherwise) {
     auto quick = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "--quick", "-o", d / "q"});
     ASSERT_EQ(quick.status, 0) << quick.err;
     EXPECT_NE(quick.err.find("skipped: backend 'vulkan-that-is-not-here'"), std::string::npos) << quick.err;
-    EXPECT_EQ(index_scalar(d / "q" / "index.db", "SELECT count(*) FROM points WHERE status = 'skipped' AND reason != ''"), 1);
-    EXPECT_EQ(index_scalar(d / "q" / "index.db", "SELECT count(*) FROM points WHERE status = 'done'"), 1);
+    // quick: 2 rounds
+    EXPECT_EQ(index_scalar(d / "q" / "index.db", "SELECT count(*) FROM runs WHERE status = 'skipped' AND reason != ''"), 2);
+    EXPECT_EQ(index_scalar(d / "q" / "index.db", "SELECT count(*) FROM runs WHERE status = 'done'"), 2);
     // The full sweep of a spec with a missing backend: refused before anything runs.
     spec.replace(spec.find("backend = [\"cpu\"]"), 17, "backend = [\"cpu\", \"nope\"]");
     std::ofstream(d / "spec2.toml") << spec;
@@ -215,7 +222,7 @@ TEST(ExperimentRun, OneRunPerResultsFolder) {
     TempDir d;
     std::ofstream(d / "spec.toml") << with_gen(kSpec, "64");
     const fs::path out = d / "out";
-    pid_t first = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out}, {}, d / "err1");
+    pid_t first = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"}, {}, d / "err1");
     ASSERT_TRUE(wait_until([&] { return read_file(out / "index.db.lock").find("pid") != std::string::npos; },
                            std::chrono::seconds(120)))
         << read_file(d / "err1");
@@ -224,7 +231,7 @@ TEST(ExperimentRun, OneRunPerResultsFolder) {
     auto st = reap(first, std::chrono::seconds(600));
     ASSERT_TRUE(st);
     EXPECT_EQ(*st, 0) << read_file(d / "err1");
-    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM points WHERE status = 'done'"), 2);
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done'"), 4);
 }
 
 // kill -9 of `experiment run` in the middle of a point: its recorder and llama-bench stop
@@ -238,7 +245,7 @@ TEST(ExperimentRun, AKilledRunLeavesNothingRunning) {
     spec.replace(spec.find("threads = [1, 2]"), 16, "threads = [2]");  // one point
     std::ofstream(d / "spec.toml") << spec;
     const fs::path out = d / "out";
-    pid_t runner = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out}, {}, d / "err");
+    pid_t runner = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"}, {}, d / "err");
     fs::path point;
     ASSERT_TRUE(wait_until(
         [&] {
@@ -262,9 +269,9 @@ TEST(ExperimentRun, AKilledRunLeavesNothingRunning) {
                            std::chrono::seconds(5)))
         << "the killed run's recording went on";
     for (pid_t p : recording) reap(p, std::chrono::seconds(1));
-    auto resumed = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out});
+    auto resumed = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
     ASSERT_EQ(resumed.status, 0) << resumed.err;
-    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM points WHERE status = 'done'"), 1);
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done'"), 1);
 }
 
 // Spec text never leaves the results folder: a name or model with '/' or '..' is refused

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profinfer/intervals.h"
+
 namespace profinfer {
 
 // One sweep point: the value of every parameter.
@@ -22,6 +24,23 @@ struct SweepPoint {
     std::string key() const;                    // "backend=cpu,ctx=0,..." (sorted), the point's identity
     std::string id() const;                     // short stable file name from key()
     const std::string& at(const std::string& name) const;
+};
+
+// One testable comparison that states a claim of the paper on a study's metrics
+// ([[claim]] in a spec): "a > b" or "a < b" between the points selected by A and by B
+// (their medians' ratio against 1), or "a > value" / "a < value" (a's median against a
+// number). Evaluated once per combination of the parameters neither side fixes (e.g. per
+// model), from every round of the points (docs/experiments.md).
+struct Claim {
+    std::string says;                                  // the paper's claim, in words
+    std::string metric, metric_b;                      // b's metric: metric_b, else metric
+    std::map<std::string, std::string> a, b;           // parameter → value selecting each side
+    std::optional<double> value;                       // "a > value": the number a is held against
+    bool expect_greater = true;                        // "a > …" (else "a < …")
+    int requires_cpus = 0;                             // fewer online CPUs: not testable here
+    bool requires_pmu = false;                         // no hardware counters: not testable here
+    std::string not_testable;                          // why it cannot be tested on any machine like this one
+    std::string expectation() const;                   // "a > b", "a < value", as written
 };
 
 struct ExperimentSpec {
@@ -41,7 +60,12 @@ struct ExperimentSpec {
     bool timeline = false;
     // Paper Fig. 10 across the points: matmuls.csv, fit.csv/.md and a figure per thread count.
     bool matmuls = false;
+    // Interleaved rounds: each round records every point once, in an order that changes
+    // from round to round. At least 5 for the full sweep, 2 for the quick one.
+    int rounds = 5, quick_rounds = 2;
+    std::vector<Claim> claims;
 
+    int rounds_for(bool quick) const { return quick ? quick_rounds : rounds; }
     static ExperimentSpec load(const std::filesystem::path& file);
     // The points of the sweep (Cartesian product, in the spec's order), quick or full.
     std::vector<SweepPoint> points(bool quick) const;
@@ -56,19 +80,26 @@ struct RunOptions {
     std::filesystem::path out_dir;    // results/<board>/<experiment>
     std::string board = "host";
     bool quick = false, dry_run = false;
+    int rounds = 0;                   // interleaved rounds; 0: the spec's (rounds_for(quick))
     // From the board's profile (boards/profiles): the CPUs the inference threads are pinned
     // to (taskset; empty: not pinned), and the counters --level full records.
     std::vector<int> pin_cpus;
     std::string counters;
 };
 
+// Counts of (point, round) runs.
 struct RunReport {
-    int points = 0, done = 0, already_done = 0, skipped = 0, failed = 0;
+    int points = 0, rounds = 0, done = 0, already_done = 0, skipped = 0, failed = 0;
 };
 
-// Runs (or resumes) the experiment: points already done are kept, the others are run
-// in order, with one progress line each on stderr. A point whose backend is missing
-// is refused before anything runs, or, with quick, skipped with its reason.
+// The order round ROUND (1-based) visits N points in: a permutation that differs from
+// round to round and is the same on every run of the spec (a resume follows it).
+std::vector<size_t> round_order(const std::string& spec_name, int round, size_t n);
+
+// Runs (or resumes) the experiment in interleaved rounds: each round records every point
+// once (points/<id>-r<round>.db), in round_order; runs already done are kept, with one
+// progress line each on stderr. A point whose backend is missing is refused before
+// anything runs, or, with quick, skipped with its reason.
 RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt);
 
 // The llama.cpp command of a point, with the model file it needs.
@@ -88,11 +119,39 @@ nlohmann::json point_metrics(const std::filesystem::path& db, const std::string&
 std::vector<std::filesystem::path> summarise_experiment(const ExperimentSpec& spec, const std::filesystem::path& out_dir,
                                                         bool quick);
 
-// A recorded point of a study: its parameters and trace DB.
+// A recorded run of a study's point: its parameters, trace DB and round.
 struct StudyPoint {
     std::map<std::string, std::string> params;
     std::filesystem::path db;
+    int round = 1;
 };
+
+// A point's metrics over the rounds it was recorded in.
+struct PointSamples {
+    std::map<std::string, std::string> params;
+    std::map<std::string, ByRound> metrics;  // metric → round → value
+};
+
+// What a claim may need of the machine.
+struct Testbed {
+    int cpus = 0;
+    bool pmu = false;  // hardware performance counters can be opened
+    static Testbed here();
+};
+
+struct ClaimResult {
+    const Claim* claim = nullptr;
+    std::string group;    // the parameters neither side fixes ("model=qwen2.5-1.5b"); empty: one group
+    Interval estimate;    // ratio a / b, or a's median
+    Verdict verdict = Verdict::NotTestable;
+    std::string reason;   // why not testable
+};
+
+// Every claim of SPEC on the points' samples: per group, the estimate with its interval and
+// the verdict (judge()); not testable, with the reason, when the machine lacks what the
+// claim requires, a side has no point, or there are too few rounds for an interval.
+std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
+                                         const Testbed& here);
 
 // Paper Fig. 10: every point's weight MatMuls (stat --by matmul) in matmuls.csv, a line
 // time = a + b·M·N·K·H per model, type, backend, thread count and batch class (N = 1, N > 1), pooled over the

@@ -1,0 +1,49 @@
+#pragma once
+// Run-to-run evidence: the median of a metric over a study's rounds with a 95 % bootstrap
+// interval, the ratio of two points' medians with its interval (paired by round when both
+// were measured in the same rounds), and the verdict a comparison supports. The studies
+// (experiment summaries, the overhead study) use these and nothing else, so that every
+// interval in results/ means the same thing.
+#include <cmath>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+// Fewer values than this give no interval: a bootstrap over 2–4 rounds can only return the
+// extremes it was given, which would read as evidence.
+inline constexpr size_t kMinRoundsForInterval = 5;
+
+struct Interval {
+    double median = NAN;         // the estimate (median, or ratio of medians)
+    double lo = NAN, hi = NAN;   // 95 % percentile bootstrap interval; NaN when too few rounds
+    size_t n = 0;                // values (rounds) it rests on
+    bool has_interval() const { return std::isfinite(lo) && std::isfinite(hi); }
+};
+
+double median_of(std::vector<double> v);
+
+// The median of VALUES and its 95 % bootstrap interval (4000 resamples, a fixed seed: the
+// same values always give the same interval).
+Interval median_interval(const std::vector<double>& values);
+
+// Values of one point per round (round number → value).
+using ByRound = std::map<int, double>;
+
+// median(A) / median(B) and its interval. Rounds both points were measured in are
+// resampled together (drift within a round hits both sides alike); when the two were not
+// measured in the same rounds, each side is resampled on its own. n: the smaller side.
+Interval ratio_interval(const ByRound& a, const ByRound& b);
+
+// What a comparison's interval says about an expected direction.
+enum class Verdict { Reproduced, NotReproduced, WithinNoise, NotTestable };
+std::string to_string(Verdict v);
+
+// EXPECT_GREATER: the claim is "estimate > NO_EFFECT" (else "<"). Reproduced when the
+// whole interval lies on the claimed side, not reproduced when it lies wholly on the other,
+// within noise when it contains NO_EFFECT; not testable without an interval.
+Verdict judge(const Interval& estimate, double no_effect, bool expect_greater);
+
+}  // namespace profinfer

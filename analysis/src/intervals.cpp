@@ -1,0 +1,93 @@
+#include "profinfer/intervals.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "profinfer/stable_random.h"
+
+namespace profinfer {
+
+namespace {
+
+constexpr int kResamples = 4000;
+
+// The 2.5 % and 97.5 % points of sorted bootstrap estimates.
+void percentile_bounds(std::vector<double>& estimates, Interval& out) {
+    std::sort(estimates.begin(), estimates.end());
+    const size_t k = estimates.size();
+    out.lo = estimates[size_t(0.025 * double(k))];
+    out.hi = estimates[std::min(k - 1, size_t(0.975 * double(k)))];
+}
+
+}  // namespace
+
+double median_of(std::vector<double> v) {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Interval median_interval(const std::vector<double>& values) {
+    Interval out;
+    out.n = values.size();
+    out.median = median_of(values);
+    if (out.n < kMinRoundsForInterval) return out;
+    StableRandom rng{1};
+    std::vector<double> estimates, sample(values.size());
+    estimates.reserve(kResamples);
+    for (int i = 0; i < kResamples; ++i) {
+        for (auto& s : sample) s = values[rng.below(values.size())];
+        estimates.push_back(median_of(sample));
+    }
+    percentile_bounds(estimates, out);
+    return out;
+}
+
+Interval ratio_interval(const ByRound& a, const ByRound& b) {
+    Interval out;
+    std::vector<double> va, vb;
+    for (const auto& [r, v] : a) va.push_back(v);
+    for (const auto& [r, v] : b) vb.push_back(v);
+    out.n = std::min(va.size(), vb.size());
+    out.median = median_of(va) / median_of(vb);
+    if (out.n < kMinRoundsForInterval) return out;
+    bool paired = a.size() == b.size();
+    for (auto ia = a.begin(), ib = b.begin(); paired && ia != a.end(); ++ia, ++ib) paired = ia->first == ib->first;
+    StableRandom rng{1};
+    std::vector<double> estimates, sa(va.size()), sb(vb.size());
+    estimates.reserve(kResamples);
+    for (int i = 0; i < kResamples; ++i) {
+        if (paired) {
+            for (size_t j = 0; j < sa.size(); ++j) {
+                const size_t k = rng.below(va.size());
+                sa[j] = va[k], sb[j] = vb[k];
+            }
+        } else {
+            for (auto& s : sa) s = va[rng.below(va.size())];
+            for (auto& s : sb) s = vb[rng.below(vb.size())];
+        }
+        estimates.push_back(median_of(sa) / median_of(sb));
+    }
+    percentile_bounds(estimates, out);
+    return out;
+}
+
+std::string to_string(Verdict v) {
+    switch (v) {
+        case Verdict::Reproduced: return "reproduced";
+        case Verdict::NotReproduced: return "not reproduced";
+        case Verdict::WithinNoise: return "within noise";
+        case Verdict::NotTestable: return "not testable here";
+    }
+    return "?";
+}
+
+Verdict judge(const Interval& e, double no_effect, bool expect_greater) {
+    if (!e.has_interval()) return Verdict::NotTestable;
+    if (e.lo <= no_effect && no_effect <= e.hi) return Verdict::WithinNoise;
+    const bool above = e.lo > no_effect;
+    return above == expect_greater ? Verdict::Reproduced : Verdict::NotReproduced;
+}
+
+}  // namespace profinfer
