@@ -400,6 +400,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             std::vector<std::string> argv{opt.profinfer.string(), "record", "--stop-with-parent", "--level", spec.level,
                                           "--board", opt.board, "-o", db.string()};
             if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
+            if (!spec.wait.empty()) argv.insert(argv.end(), {"--wait", spec.wait});
             if (p.at("mem") != "none") {
                 // The model's pages leave the page cache first: pages cached by an earlier run
                 // are charged to no limit and would never be read from disk again.

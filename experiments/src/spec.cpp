@@ -150,6 +150,9 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     s.level = t["level"].value_or(std::string("op"));
     if (s.level != "token" && s.level != "graph" && s.level != "op" && s.level != "full")
         throw Error(file.string() + ": level is token, graph, op or full, not '" + s.level + "'");
+    s.wait = t["wait"].value_or(std::string());
+    if (!s.wait.empty() && (s.level != "full" || (s.wait != "exact" && s.wait != "sampled")))
+        throw Error(file.string() + ": wait is exact or sampled, at level full only");
     s.scale = t["scale"].value_or(std::string("full"));
     s.sweep = read_sweep(t["sweep"].as_table(), file.string() + " [sweep]");
     s.quick_sweep = read_sweep(t["quick"].as_table(), file.string() + " [quick]");

@@ -105,6 +105,61 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         const double gpu = st.column_double(0), total = st.column_double(1);
         m["gpu_graph_share_pct"] = gpu > 0 && total > 0 ? nlohmann::json(100.0 * gpu / total) : nlohmann::json(nullptr);
     }
+    {
+        // Paper Fig. 3/4 within self-attention (flash attention off): the heavier of the KQ and
+        // KQV MatMuls against the heaviest weight MatMul of the block (Q, K, V, output
+        // projection), decode time summed over the layers; > 1: KQ or KQV is the heaviest node.
+        store::Statement st(db.handle(),
+                            "SELECT (SELECT max(t) FROM (SELECT sum(dur_ns) AS t FROM node_times WHERE phase = 'decode' AND "
+                            "op = 'MUL_MAT' AND base IN ('kq', 'kqv') GROUP BY base)), (SELECT max(t) FROM (SELECT "
+                            "sum(dur_ns) AS t FROM node_times WHERE phase = 'decode' AND op = 'MUL_MAT' AND base IN "
+                            "('Qcur', 'Kcur', 'Vcur', 'attn_out') GROUP BY base))");
+        st.step();
+        m["kq_over_weight_ratio"] = !st.column_is_null(0) && st.column_double(1) > 0
+                                        ? nlohmann::json(st.column_double(0) / st.column_double(1))
+                                        : nlohmann::json(nullptr);
+    }
+    {
+        // Paper Fig. 13 at steady state: the MoE MatMuls' (MUL_MAT_ID) time and major faults
+        // per decode call after the first; the first decode call (cold: it reads the experts
+        // never read before) on its own. Null without MoE nodes (faults: without the counter).
+        std::string faults = "NULL";
+        const auto names = db.counter_names();
+        for (size_t k = 0; k < names.size(); ++k)
+            if (names[k] == "major-faults") faults = "sum(c" + std::to_string(k) + ")";
+        const std::string first = "(SELECT min(call) FROM calls WHERE phase = 'decode')";
+        const std::string sql =
+                            "SELECT (SELECT sum(dur_ns) FROM node_times WHERE phase = 'decode' AND op = 'MUL_MAT_ID' AND call "
+                            "> " + first + "), (SELECT count(*) FROM calls WHERE phase = 'decode' AND call > " + first +
+                                "), (SELECT sum(dur_ns) FROM node_times WHERE op = 'MUL_MAT_ID' AND call = " + first +
+                                "), (SELECT " + faults + " FROM thread_parts WHERE phase = 'decode' AND op = 'MUL_MAT_ID' AND "
+                                "call > " + first + "), (SELECT " + faults + " FROM thread_parts WHERE op = 'MUL_MAT_ID' "
+                                "AND call = " + first + ")";
+        store::Statement st(db.handle(), sql.c_str());
+        st.step();
+        const bool moe = !st.column_is_null(0) && st.column_int(1) > 0;
+        const double calls = double(st.column_int(1));
+        m["moe_ms_per_token"] = moe ? nlohmann::json(st.column_double(0) / 1e6 / calls) : nlohmann::json(nullptr);
+        m["moe_first_call_ms"] = st.column_is_null(2) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(2) / 1e6);
+        m["moe_major_faults_per_token"] =
+            moe && !st.column_is_null(3) ? nlohmann::json(st.column_double(3) / calls) : nlohmann::json(nullptr);
+        m["moe_first_call_major_faults"] = st.column_is_null(4) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(4));
+    }
+    {
+        // Paper Fig. 6 from the exact split (--wait exact: a probe on every barrier): the
+        // share of its decode time the most-waiting thread spends waiting, in MatMul nodes and
+        // in every other node. Null where barriers were not traced or one thread ran.
+        auto most_waiting = [&](const char* which) {
+            const std::string sql = std::string("SELECT max(w) FROM (SELECT 100.0 * sum(wait_ns) / sum(compute_ns + wait_ns) AS w "
+                                            "FROM thread_parts WHERE phase = 'decode' AND nth > 1 AND barriers > 0 AND ") +
+                                    which + " GROUP BY ith)";
+            store::Statement st(db.handle(), sql.c_str());
+            st.step();
+            return st.column_is_null(0) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(0));
+        };
+        m["wait_share_matmul_pct"] = most_waiting("op IN ('MUL_MAT', 'MUL_MAT_ID')");
+        m["wait_share_other_pct"] = most_waiting("op NOT IN ('MUL_MAT', 'MUL_MAT_ID')");
+    }
     // llama-bench's own measurement of the same run: a JSON array, one object per test.
     m["bench_pp_tps"] = nullptr;
     m["bench_tg_tps"] = nullptr;
@@ -129,7 +184,9 @@ const std::vector<MetricInfo> kMetrics = {
     {"decode_tps", "tokens/s"},          {"prefill_tps", "tokens/s"},      {"bench_tg_tps", "tokens/s"},
     {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"},
     {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
-    {"gpu_graph_share_pct", "%"}};
+    {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
+    {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"},
+    {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"}};
 
 const std::string& unit_of(const std::string& metric) {
     static const std::string none;
@@ -173,7 +230,19 @@ struct Recorded {
 };
 
 // The runs done of the sweep's points, from the index, point by point in the sweep's order.
-std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, std::string& board) {
+double seconds_of(sqlite3* h, const std::string& id, int round) {
+    store::Statement st(h, "SELECT coalesce(seconds, 0) FROM runs WHERE id = ? AND round = ?");
+    st.bind(1, id).bind(2, int64_t(round));
+    return st.step() ? st.column_double(0) : 0;
+}
+
+// What the index says of the study as a whole.
+struct StudyFacts {
+    std::string board = "host";
+    double recording_s = 0;  // the runs' own time, summed
+};
+
+std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, StudyFacts& facts) {
     const fs::path index = out_dir / "index.db";
     if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
     std::vector<Recorded> points;
@@ -190,12 +259,13 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
     try {
         if (!store::Statement(h, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step())
             throw Error(index.string() + " is an index from before interleaved rounds: run the experiment again");
-        if (store::Statement b(h, "SELECT value FROM experiment WHERE key = 'board'"); b.step()) board = b.column_text(0);
+        if (store::Statement b(h, "SELECT value FROM experiment WHERE key = 'board'"); b.step()) facts.board = b.column_text(0);
         store::Statement st(h, "SELECT id, round, db, bench FROM runs WHERE status = 'done' ORDER BY round, id");
         while (st.step()) {
             auto it = at.find(st.column_text(0));
             if (it == at.end()) continue;  // the other sweep's point
             Recorded& r = points[it->second];
+            facts.recording_s += seconds_of(h, st.column_text(0), int(st.column_int(1)));
             r.dbs.push_back({int(st.column_int(1)), st.column_text(2)});
             r.metrics.push_back(point_metrics(st.column_text(2), st.column_text(3)));
         }
@@ -310,8 +380,9 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
 }
 
 std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
-    std::string board = "host";
-    const std::vector<Recorded> points = read_runs(spec, out_dir, quick, board);
+    StudyFacts facts;
+    const std::vector<Recorded> points = read_runs(spec, out_dir, quick, facts);
+    const std::string& board = facts.board;
     if (points.empty()) throw Error(spec.name + ": no point is done yet");
     const size_t n_sweep = spec.points(quick).size();
     size_t max_n = 0, min_n = SIZE_MAX;
@@ -324,6 +395,16 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             for (const auto& [round, x] : it->second) v.push_back(x);
         return median_interval(v);
     };
+    // Coefficient of variation over the rounds (sample standard deviation / mean), in %.
+    auto cv_pct = [&](size_t i, const std::string& metric) {
+        auto it = samples[i].metrics.find(metric);
+        if (it == samples[i].metrics.end() || it->second.size() < 2) return double(NAN);
+        double sum = 0, sq = 0;
+        for (const auto& [round, x] : it->second) sum += x;
+        const double n = double(it->second.size()), mean = sum / n;
+        for (const auto& [round, x] : it->second) sq += (x - mean) * (x - mean);
+        return 100 * std::sqrt(sq / (n - 1)) / mean;
+    };
     // Columns: the parameters that vary, n, then every metric's median and interval.
     std::vector<std::string> varying;
     for (const auto& [name, value] : points.front().params) {
@@ -335,11 +416,18 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     Table t, all;
     t.columns = varying;
     t.columns.push_back("n");
+    t.columns.push_back("decode_tps_cv_pct");  // run-to-run spread: coefficient of variation over the rounds
     all.columns = {"id"};
     for (const auto& [name, value] : points.front().params) all.columns.push_back(name);
     all.columns.push_back("n");
+    // The table shows the metrics this study measured; points.csv has them all.
+    std::vector<MetricInfo> shown;
     for (const auto& m : kMetrics) {
+        bool measured = false;
+        for (const auto& p : samples) measured |= p.metrics.count(m.name) > 0;
+        if (measured) shown.push_back(m);
         for (Table* tab : {&t, &all}) {
+            if (tab == &t && !measured) continue;
             tab->columns.push_back(m.name);
             tab->columns.push_back(m.name + "_lo");
             tab->columns.push_back(m.name + "_hi");
@@ -353,16 +441,22 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         for (const auto& v : varying) cells.push_back(cell(r.params.at(v))), md.push_back(r.params.at(v));
         for (const auto& [name, value] : r.params) every.push_back(value);
         cells.push_back(int64_t(r.dbs.size()));
+        const double cv = cv_pct(i, "decode_tps");
+        cells.push_back(number_or_null(cv));
         every.push_back(int64_t(r.dbs.size()));
         md.push_back(std::to_string(r.dbs.size()));
+        md.push_back(fmt3(cv));
         for (const auto& m : kMetrics) {
             const Interval iv = interval_of(i, m.name);
+            const bool is_shown =
+                std::any_of(shown.begin(), shown.end(), [&](const MetricInfo& x) { return x.name == m.name; });
             for (auto* row : {&cells, &every}) {
+                if (row == &cells && !is_shown) continue;
                 row->push_back(number_or_null(iv.median));
                 row->push_back(number_or_null(iv.lo));
                 row->push_back(number_or_null(iv.hi));
             }
-            md.push_back(with_interval(iv));
+            if (is_shown) md.push_back(with_interval(iv));
         }
         t.rows.push_back(std::move(cells));
         all.rows.push_back(std::move(every));
@@ -449,7 +543,8 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         md << "Tracer level: `" << spec.level << "`. Sweep: " << (quick ? "quick" : "full") << ", " << points.size()
            << " of " << n_sweep << " points recorded, "
            << (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n))
-           << " interleaved rounds each (n). Cells: median over the rounds [95 % bootstrap interval]";
+           << " interleaved rounds each (n), recorded in " << fmt3(facts.recording_s / 60)
+           << " minutes. Cells: median over the rounds [95 % bootstrap interval]";
         if (min_n < kMinRoundsForInterval)
             md << "; no interval where n < " << kMinRoundsForInterval << " (too few rounds)";
         md << ".\n\n";
@@ -471,10 +566,10 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         }
         md << "\n## Points\n\n| ";
         for (const auto& c : varying) md << c << " | ";
-        md << "n | ";
-        for (const auto& m : kMetrics) md << m.name << (m.unit.empty() ? "" : " (" + m.unit + ")") << " | ";
+        md << "n | decode_tps CV (%) | ";
+        for (const auto& m : shown) md << m.name << (m.unit.empty() ? "" : " (" + m.unit + ")") << " | ";
         md << "\n|";
-        for (size_t i = 0; i < varying.size() + 1 + kMetrics.size(); ++i) md << "---|";
+        for (size_t i = 0; i < varying.size() + 2 + shown.size(); ++i) md << "---|";
         md << "\n";
         for (const auto& row : md_rows) {
             md << "| ";

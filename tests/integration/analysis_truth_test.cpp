@@ -130,6 +130,20 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
     EXPECT_EQ(s.prefill_calls, 0);
     ASSERT_GT(s.decode_calls, 20);
     EXPECT_EQ(s.operators, s.decode_calls * int64_t(per_decode_call));
+    if (s.operators != s.decode_calls * int64_t(per_decode_call)) {
+        // Which calls are short, and where they sit in the run: what a rare miss needs to be found.
+        store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+        const int64_t calls = db.scalar("SELECT count(*) FROM calls");
+        store::Statement st(db.handle(),
+                            "SELECT c.call, count(n.tensor), (SELECT count(*) FROM call_graphs g WHERE g.call = c.call), "
+                            "c.dur_ns FROM calls c LEFT JOIN call_nodes n ON n.call = c.call GROUP BY c.call HAVING "
+                            "count(n.tensor) != ? LIMIT 20");
+        st.bind(1, int64_t(per_decode_call));
+        while (st.step())
+            ADD_FAILURE() << "call " << st.column_int(0) << " of " << calls << ": " << st.column_int(1) << " nodes (not "
+                          << per_decode_call << ") in " << st.column_int(2) << " graphs, " << st.column_int(3) / 1000
+                          << " us; meta: " << nlohmann::json(db.meta()).dump();
+    }
     EXPECT_FALSE(s.ttft_ms.has_value());  // no prefill was recorded
     EXPECT_EQ(s.thread_slots, 2);
     // Statistics count the same nodes.

@@ -46,6 +46,7 @@ struct Claim {
 struct ExperimentSpec {
     std::string name, title, paper;  // paper: the figure or table it reproduces
     std::string level = "op";        // tracer level for every point
+    std::string wait;                // record --wait at --level full (exact, sampled; empty: record's default)
     std::string scale = "full";      // model scale: full, or tiny (tests)
     std::map<std::string, std::vector<std::string>> sweep;        // parameter → values
     std::map<std::string, std::vector<std::string>> quick_sweep;  // overrides in --quick
