@@ -68,6 +68,16 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             return rep.failed > 0 ? 1 : 0;
         };
     });
+    auto dir = std::make_shared<std::string>();
+    auto* readme = cmd->add_subcommand("readme", "Write RESULTS_DIR/README.md whole from the studies summarised there: every "
+                                                 "claim's verdict, each study's rounds and spread (nothing typed by hand)");
+    readme->add_option("results_dir", *dir, "results/BOARD (or results/BOARD/quick)")->required()->check(CLI::ExistingDirectory);
+    readme->callback([&action, dir] {
+        action = [dir] {
+            std::cout << write_results_readme(*dir).string() << "\n";
+            return 0;
+        };
+    });
     auto* sum = cmd->add_subcommand("summarise", "Write the table and figures of an experiment from what it has recorded");
     sum->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
     sum->add_option("--board", *board, "Board the results are for")->capture_default_str();

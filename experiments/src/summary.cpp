@@ -195,18 +195,9 @@ const std::string& unit_of(const std::string& metric) {
     return none;
 }
 
-std::string fmt3(double v) {
-    if (!std::isfinite(v)) return "–";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", v);
-    return b;
-}
+std::string fmt3(double v) { return format_number(v); }
 
-// "42.1 [40.3, 43.0]", or "42.1" without an interval.
-std::string with_interval(const Interval& i) {
-    if (!std::isfinite(i.median)) return "–";
-    return fmt3(i.median) + (i.has_interval() ? " [" + fmt3(i.lo) + ", " + fmt3(i.hi) + "]" : "");
-}
+std::string with_interval(const Interval& i) { return format_with_interval(i.median, i.lo, i.hi); }
 
 nlohmann::json cell(const std::string& text) {
     if (!numeric(text)) return text;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <set>
 
 #include "profinfer/error.h"
@@ -250,4 +252,49 @@ TEST(PointMetrics, MoeAndAttentionMetricsOnlyWhereTheirNodesAre) {
     EXPECT_TRUE(dense["moe_ms_per_token"].is_null());
     EXPECT_TRUE(dense["moe_first_call_ms"].is_null());
     EXPECT_TRUE(dense["kq_over_weight_ratio"].is_null());  // FLASH_ATTN_EXT: no KQ MatMul
+}
+
+// The results README is generated whole from the studies' tables: every number in it is a
+// number of the study's verdicts.csv or table.csv, or of machine.json, as those tables print
+// it; nothing is carried over from the README it replaces.
+TEST(ResultsReadme, EveryNumberComesFromATable) {
+    TempDir d;
+    const fs::path study = d / "across-tokens";
+    fs::create_directories(study);
+    ASSERT_EQ(run({"sqlite3", study / "index.db",
+                   "CREATE TABLE experiment (key TEXT PRIMARY KEY, value TEXT); INSERT INTO experiment VALUES "
+                   "('name', 'across-tokens'), ('title', 'Decode against context'), ('paper', 'Fig. 9'), ('level', 'op'), "
+                   "('board', 'host'), ('quick', '0'), ('rounds', '7')"})
+                  .status,
+              0);
+    std::ofstream(study / "verdicts.csv")
+        << "claim,metric,expect,a,b,group,estimate,lo,hi,n,verdict,reason\n"
+           "Decode slows,decode_tps,a < b,ctx=512,ctx=0,fa=off,0.8123,0.7912,0.8344,7,reproduced,\n"
+           "Attention grows,attention_share_pct,a > value,ctx=512,33,fa=on,31.27,29.01,35.5,7,within noise,\n"
+           "The wall,decode_tps,a < b,threads=4,threads=2,,,,,0,not testable here,needs 4 CPUs or more; this machine has 2\n";
+    std::ofstream(study / "table.csv") << "ctx,fa,n,decode_tps_cv_pct,decode_tps,decode_tps_lo,decode_tps_hi\n"
+                                          "0,off,7,1.234,40.1,39,41\n512,off,7,4.321,32.5,31,33\n";
+    std::ofstream(d / "machine.json")
+        << R"({"cpu": "Test CPU", "host": "h", "isa": "f32: avx2", "roofs": [{"threads": 1, "triad_gbs": 21.456, "peak_gflops_f32": 99.87}]})";
+    const auto r = run({profinfer_bin(), "experiment", "readme", d.path()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string readme = read_file(d / "README.md");
+    // What the tables hold, printed as the tables print numbers.
+    std::set<std::string> allowed;
+    for (double v : {0.8123, 0.7912, 0.8344, 31.27, 29.01, 35.5, 1.234, 4.321, 21.456, 99.87, 33.0, 7.0, 4.0, 2.0, 1.0, 0.0})
+        allowed.insert(format_number(v));
+    for (const char* words : {"9", "512", "95", "3", "5"}) allowed.insert(words);  // Fig. 9, ctx=512, 95 %, 3 digits, QUICK
+    for (const char* must : {"0.812 [0.791, 0.834]", "31.3 [29, 35.5]", "**within noise**", "needs 4 CPUs or more",
+                             "1.23–4.32", "Test CPU", "21.5 GB/s"})
+        EXPECT_NE(readme.find(must), std::string::npos) << must << "\n" << readme;
+    // Every number of the README (outside links and the generated-by comment) is one of those.
+    std::regex number(R"((?:^|[^\w.\-/])(\d+(?:\.\d+)?))");
+    std::istringstream lines(readme);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.starts_with("<!--")) continue;
+        line = std::regex_replace(line, std::regex(R"(\]\([^)]*\))"), "]");  // link targets
+        line = std::regex_replace(line, std::regex(R"(`[^`]*`)"), "");         // commands, file names
+        for (std::sregex_iterator it(line.begin(), line.end(), number), end; it != end; ++it)
+            EXPECT_TRUE(allowed.count((*it)[1])) << "'" << (*it)[1] << "' in: " << line;
+    }
 }

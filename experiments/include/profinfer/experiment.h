@@ -160,4 +160,15 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
 std::vector<std::filesystem::path> summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
                                                      const std::filesystem::path& out_dir);
 
+// How every study table and the results README print a number: 3 significant digits ("–"
+// when not finite), and a median with its interval ("42.1 [40.3, 43.0]"; the median alone
+// without one).
+std::string format_number(double v);
+std::string format_with_interval(double median, double lo, double hi);
+
+// RESULTS_DIR/README.md (results/<board>/ or its quick/), generated whole from the studies
+// summarised there (their index.db, verdicts.csv, table.csv) and machine.json: the verdict of
+// every claim, each study's rounds and run-to-run spread, links to the rest. Returns its path.
+std::filesystem::path write_results_readme(const std::filesystem::path& results_dir);
+
 }  // namespace profinfer
