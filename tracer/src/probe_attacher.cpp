@@ -264,6 +264,24 @@ void ProbeAttacher::attach_new_libraries() {
     }
     update_layout();
     db_.set_meta("struct_layout", layout_.source);
+    // Operator probes go in one after another; a call that begins before the last is in
+    // would record some of its nodes and not others (attached to a running target, the first
+    // calls lacked the fused RMS_NORM+MUL nodes when that probe went in seconds after the
+    // first: a slow recorder). Off while they go in, on after (the BPF side latches
+    // ops_enabled per llama_decode call): such a call records no operator, and says so.
+    struct OpsOffWhileAttaching {
+        tracer_bpf* skel;
+        bool active;
+        ~OpsOffWhileAttaching() {
+            if (!active) return;
+            ++skel->bss->ops_epoch;  // a graph that saw them off describes its nodes again
+            __atomic_store_n(&skel->data->ops_enabled, true, __ATOMIC_RELEASE);
+        }
+    } ops_off{skel_, ops_attached_ && is_op_group(max_group(level_)) &&
+                         std::any_of(fresh.begin(), fresh.end(), [](const MappedLibrary& l) {
+                             return l.role == LibRole::GgmlCpu || l.role == LibRole::GgmlVulkan;
+                         })};
+    if (ops_off.active) __atomic_store_n(&skel_->data->ops_enabled, false, __ATOMIC_RELEASE);
     for (const auto& lib : fresh) {
         const auto& sym = *elf[lib.path];
         OpStrategy strategy = OpStrategy::None;

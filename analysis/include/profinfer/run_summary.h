@@ -28,7 +28,7 @@ struct RunSummary {
     int64_t threads = 0;                        // distinct OS threads (tids) that ran nodes
     int64_t thread_slots = 0;                   // distinct ggml thread indices (ith): the compute width
     int64_t outside_calls = 0;                  // nodes recorded outside any call (in flight at attach)
-    int64_t ops_untraced_calls = 0;             // calls an operator gate (--budget, QoS) left out
+    int64_t ops_untraced_calls = 0;             // calls an operator gate (--budget, QoS) left out, or begun while the operator probes went in
     int64_t sched_switches = 0, sched_wakeups = 0, expert_records = 0;
     double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
     std::optional<double> ttft_ms;         // duration of the first prefill call; none without one
