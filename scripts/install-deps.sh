@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   bc bsdextrautils fonts-dejavu-core
   python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)
+  bpftrace nodejs              # the overhead study: its bpftrace floor, the ONNX Runtime peer (node)
   ansible rsync                # make farm (farm/playbook.yml) and its test
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.

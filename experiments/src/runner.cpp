@@ -77,6 +77,13 @@ std::string env_prefix(const SweepPoint& p) {
     return s;
 }
 
+// CPU time (user + system) of every child process waited for so far, tracer included.
+double children_cpu_s() {
+    rusage u{};
+    getrusage(RUSAGE_CHILDREN, &u);
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 double now_s() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -108,7 +115,7 @@ public:
              "CREATE TABLE IF NOT EXISTS experiment (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
              "CREATE TABLE IF NOT EXISTS runs (id TEXT NOT NULL, round INTEGER NOT NULL, key TEXT NOT NULL, "
              "params TEXT NOT NULL, status TEXT NOT NULL, db TEXT, command TEXT, reason TEXT, started_at REAL, "
-             "ended_at REAL, seconds REAL, bench TEXT, PRIMARY KEY (id, round))");
+             "ended_at REAL, seconds REAL, bench TEXT, cpu_s REAL, PRIMARY KEY (id, round))");
     }
     ~Index() { sqlite3_close(db_); }
     Index(const Index&) = delete;
@@ -139,6 +146,10 @@ public:
         st.bind(1, p.id()).bind(2, int64_t(round)).bind(3, p.key()).bind(4, nlohmann::json(p.params).dump()).bind(5, status);
         st.bind(6, db).bind(7, command).bind(8, reason).bind(9, started).bind(10, ended).bind(11, ended - started);
         st.bind(12, bench).run();
+    }
+    void set_cpu(const SweepPoint& p, int round, double cpu_s) {
+        store::Statement st(db_, "UPDATE runs SET cpu_s = ? WHERE id = ? AND round = ?");
+        st.bind(1, cpu_s).bind(2, p.id()).bind(3, int64_t(round)).run();
     }
     // Mean seconds of the runs done so far (for the ETA); 0 when none.
     double mean_seconds() {
@@ -337,8 +348,11 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (missing.count(p.id()))
                 std::cout << "\n    skipped: " << missing[p.id()];
             else
-                std::cout << "\n    " << env_prefix(p)
-                          << shell_command(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
+                std::cout << "\n    "
+                          << (p.at("program") == "llama-bench"
+                                  ? env_prefix(p) + shell_command(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
+                                  : "program " + p.at("program"))
+                          << (p.at("tracer") != "level" ? "\n    tracer: " + p.at("tracer") : std::string())
                           << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
                           << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
                                               : std::string())
@@ -367,6 +381,18 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     index.set("board", opt.board);
     index.set("quick", opt.quick ? "1" : "0");
     index.set("rounds", std::to_string(rounds));
+    // The index is committed with the results, the trace DBs are not: on a fresh clone the
+    // runs the index calls done have lost their traces, and the study is recorded again whole
+    // (untraced runs too, so that every round of it comes from this machine and this time).
+    bool traces_gone = false;
+    for (int round = 1; round <= rounds && !traces_gone; ++round)
+        for (const auto& p : points)
+            if (is_traced(p.at("tracer")) && index.status(p, round) == "done" && !fs::exists(db_of(p, round))) {
+                traces_gone = true;
+                std::cerr << "profinfer: " << spec.name << ": runs the index calls done have no trace DB here (a fresh "
+                          << "clone?): recording the study again\n";
+                break;
+            }
     const int total = rounds * int(points.size());
     int k = 0, left = total;
     for (int round = 1; round <= rounds; ++round) {
@@ -376,15 +402,10 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             const std::string head = "[round " + std::to_string(round) + "/" + std::to_string(rounds) + ", " +
                                      std::to_string(k) + "/" + std::to_string(total) + "] " + p.key();
             const fs::path db = db_of(p, round);
-            if (index.status(p, round) == "done") {
-                if (fs::exists(db)) {
-                    ++rep.already_done;
-                    --left;
-                    continue;
-                }
-                // The index is committed with the results, the trace DBs are not: on a fresh
-                // clone a run the index calls done is recorded again.
-                std::cerr << head << ": done before, but its trace DB is not here: recording it again\n";
+            if (index.status(p, round) == "done" && !traces_gone) {
+                ++rep.already_done;
+                --left;
+                continue;
             }
             if (auto it = missing.find(p.id()); it != missing.end()) {
                 index.put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
@@ -394,33 +415,32 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                 continue;
             }
             const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
-            const auto command = on_board(opt, point_command(p, model));
-            for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);  // an interrupted attempt
-            // --stop-with-parent: a run killed mid-point leaves no recording behind it.
-            std::vector<std::string> argv{opt.profinfer.string(), "record", "--stop-with-parent", "--level", spec.level,
-                                          "--board", opt.board, "-o", db.string()};
-            if (spec.level == "full" && !opt.counters.empty()) argv.insert(argv.end(), {"--counters", opt.counters});
-            if (!spec.wait.empty()) argv.insert(argv.end(), {"--wait", spec.wait});
-            if (p.at("mem") != "none") {
-                // The model's pages leave the page cache first: pages cached by an earlier run
-                // are charged to no limit and would never be read from disk again.
-                argv.insert(argv.end(), {"--memory-limit", p.at("mem")});
-                drop_from_page_cache(model);
-            }
-            argv.push_back("--");
-            argv.insert(argv.end(), command.begin(), command.end());
+            for (const char* suffix : {"", "-wal", "-shm", ".nodes.csv"}) fs::remove(db.string() + suffix);  // an interrupted attempt
+            Workload w = workload(spec, opt, p, model, db);
+            w.argv = on_board(opt, w.argv);
+            if (p.at("mem") != "none") drop_from_page_cache(model);  // pages cached earlier are charged to no limit
             const double mean = index.mean_seconds();
             std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * left) + ")" : "") << " …\n";
             --left;
             const double started = now_s();
-            const std::string shown = env_prefix(p) + shell_command(command);
-            index.put(p, round, "running", db.string(), shown, "", started, started, "");
+            std::vector<std::pair<std::string, std::string>> env = point_env(p);
+            env.insert(env.end(), w.env.begin(), w.env.end());
+            std::string shown;
+            for (const auto& [k, v] : env) shown += k + "=" + shell_quote(v) + " ";
+            shown += shell_command(on_board(opt, w.program));
+            index.put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
             const int hog = hog_cpu(p);
             const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
             ProcessResult r;
+            const double cpu_before = children_cpu_s();
+            double cpu_s = 0;  // the run's, bpftrace beside it included; the hog's not (not yet waited for)
             try {
-                ScopedEnv env(point_env(p));
-                r = run_process(argv);
+                ScopedEnv scoped(env);
+                std::optional<BpftraceFloor> floor;
+                if (!w.bpftrace.empty()) floor.emplace(w.bpftrace, w.stream);
+                r = run_process(w.argv);
+                if (floor) floor->stop();
+                cpu_s = children_cpu_s() - cpu_before;
             } catch (...) {
                 if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
                 throw;
@@ -428,14 +448,15 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
             const double ended = now_s();
             if (r.status == 0) {
-                index.put(p, round, "done", db.string(), shown, "", started, ended, r.out);
+                index.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
+                index.set_cpu(p, round, cpu_s);
                 ++rep.done;
                 std::cerr << "    done in " << duration_text(ended - started) << "\n";
             } else {
                 std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
                 while (!why.empty() && why.back() == '\n') why.pop_back();
                 if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
-                index.put(p, round, "failed", db.string(), shown, why, started, ended, r.out);
+                index.put(p, round, "failed", w.traced ? db.string() : "", shown, why, started, ended, r.out);
                 ++rep.failed;
                 std::cerr << "    failed: " << why << "\n";
             }

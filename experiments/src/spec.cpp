@@ -2,6 +2,8 @@
 #include <toml++/toml.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <set>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
@@ -15,13 +17,15 @@ namespace {
 const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
-    {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"}};
+    {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"},   {"program", "llama-bench"},
+    {"tracer", "level"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
 bool left_out_of_key(const std::string& name, const std::string& value) {
     return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
-           (name == "mem" && value == "none");
+           (name == "mem" && value == "none") || (name == "program" && value == "llama-bench") ||
+           (name == "tracer" && value == "level");
 }
 
 std::string as_text(const toml::node& n) {
@@ -37,6 +41,26 @@ void check_file_name_part(const std::string& v, const std::string& what) {
     for (unsigned char c : v) ok = ok && (std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '+');
     if (!ok)
         throw Error(what + " '" + v + "' must be letters, digits, '.', '_', '-' or '+', starting with a letter or digit");
+}
+
+// The programs a point can run, and the tracers it can run under (docs/experiments.md).
+bool known_tracer(const std::string& t) {
+    static const std::set<std::string> kTracers = {
+        "level", "none", "token", "graph", "op", "full", "full-exact", "op-trap", "op-nosend", "bpftrace",
+        "bpftrace-stream", "op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired",
+        "evalcb", "dump-dot", "ort-profile"};
+    if (kTracers.count(t)) return true;
+    if (t.rfind("budget-", 0) != 0) return false;
+    char* end = nullptr;
+    const double pct = std::strtod(t.c_str() + 7, &end);
+    return end && *end == 0 && pct > 0 && pct < 100;
+}
+
+void check_value(const std::string& name, const std::string& v, const std::string& where) {
+    if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort")
+        throw Error(where + ": program is llama-bench, evalcb or ort, not '" + v + "'");
+    if (name == "tracer" && !known_tracer(v))
+        throw Error(where + ": tracer '" + v + "' is not one profinfer knows (docs/experiments.md lists them)");
 }
 
 std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t, const std::string& where) {
@@ -99,6 +123,11 @@ Claim read_claim(const toml::table& t, const std::string& where) {
         throw Error(where + ": expect is \"a > " + other + "\" or \"a < " + other + "\", not '" + expect + "'");
     if (!c.value && c.a.empty() && c.b.empty() && c.metric_b.empty())
         throw Error(where + ": a and b select the same points: give a, b or metric_b");
+    if (t["factor"]) {
+        if (c.value) throw Error(where + ": factor goes with b, not with value");
+        c.factor = t["factor"].value_or(0.0);
+        if (!(c.factor > 0)) throw Error(where + ": factor must be a positive number");
+    }
     c.requires_cpus = int(t["requires_cpus"].value_or(int64_t(0)));
     c.requires_pmu = t["requires_pmu"].value_or(false);
     c.not_testable = t["not_testable"].value_or(std::string());
@@ -108,7 +137,13 @@ Claim read_claim(const toml::table& t, const std::string& where) {
 }  // namespace
 
 std::string Claim::expectation() const {
-    return std::string("a ") + (expect_greater ? ">" : "<") + (value ? " value" : " b");
+    std::string f;
+    if (!value && factor != 1) {
+        char b[32];
+        std::snprintf(b, sizeof b, " %g ×", factor);
+        f = b;
+    }
+    return std::string("a ") + (expect_greater ? ">" : "<") + f + (value ? " value" : " b");
 }
 
 const std::string& SweepPoint::at(const std::string& name) const {
@@ -154,7 +189,21 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     if (!s.wait.empty() && (s.level != "full" || (s.wait != "exact" && s.wait != "sampled")))
         throw Error(file.string() + ": wait is exact or sampled, at level full only");
     s.scale = t["scale"].value_or(std::string("full"));
-    s.sweep = read_sweep(t["sweep"].as_table(), file.string() + " [sweep]");
+    // [sweep], or [[sweep]]: several sweeps whose points are joined (a study of unlike runs,
+    // e.g. llama-bench under each tracer and the peers under theirs).
+    if (const auto* arr = t["sweep"].as_array()) {
+        int i = 0;
+        for (const auto& e : *arr) {
+            ++i;
+            if (!e.as_table()) throw Error(file.string() + ": [[sweep]] " + std::to_string(i) + " is not a table");
+            s.sweeps.push_back(read_sweep(e.as_table(), file.string() + " [[sweep]] " + std::to_string(i)));
+        }
+    } else {
+        s.sweeps.push_back(read_sweep(t["sweep"].as_table(), file.string() + " [sweep]"));
+    }
+    for (const auto& sw : s.sweeps)
+        for (const auto& [k, values] : sw)
+            for (const auto& v : values) check_value(k, v, file.string());
     s.quick_sweep = read_sweep(t["quick"].as_table(), file.string() + " [quick]");
     if (const auto* f = t["figure"].as_table()) {
         s.x = (*f)["x"].value_or(std::string());
@@ -169,6 +218,8 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         if (const auto* a = (*o)["stat"].as_array())
             for (const auto& e : *a) s.stats.push_back(e.value_or(std::string()));
         s.timeline = (*o)["timeline"].value_or(false);
+        s.baseline = read_selector((*o)["baseline"], file.string() + " [outputs] baseline");
+        s.fidelity = (*o)["fidelity"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);
     }
     s.rounds = int(t["rounds"].value_or(int64_t(5)));
@@ -190,26 +241,32 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
 }
 
 std::vector<SweepPoint> ExperimentSpec::points(bool quick) const {
-    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
-    for (const auto& [name, def] : kParameters) {
-        std::vector<std::string> values{def};
-        if (auto it = sweep.find(name); it != sweep.end()) values = it->second;
-        if (quick)
-            if (auto it = quick_sweep.find(name); it != quick_sweep.end()) values = it->second;
-        axes.push_back({name, values});
+    std::vector<SweepPoint> all;
+    std::set<std::string> ids;
+    for (const auto& sweep : sweeps) {
+        std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+        for (const auto& [name, def] : kParameters) {
+            std::vector<std::string> values{def};
+            if (auto it = sweep.find(name); it != sweep.end()) values = it->second;
+            if (quick)
+                if (auto it = quick_sweep.find(name); it != quick_sweep.end()) values = it->second;
+            axes.push_back({name, values});
+        }
+        std::vector<SweepPoint> out{SweepPoint{}};
+        for (const auto& [name, values] : axes) {
+            std::vector<SweepPoint> next;
+            for (const auto& p : out)
+                for (const auto& v : values) {
+                    SweepPoint q = p;
+                    q.params[name] = v;
+                    next.push_back(q);
+                }
+            out = std::move(next);
+        }
+        for (auto& p : out)
+            if (ids.insert(p.id()).second) all.push_back(std::move(p));
     }
-    std::vector<SweepPoint> out{SweepPoint{}};
-    for (const auto& [name, values] : axes) {
-        std::vector<SweepPoint> next;
-        for (const auto& p : out)
-            for (const auto& v : values) {
-                SweepPoint q = p;
-                q.params[name] = v;
-                next.push_back(q);
-            }
-        out = std::move(next);
-    }
-    return out;
+    return all;
 }
 
 }  // namespace profinfer

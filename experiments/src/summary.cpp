@@ -15,6 +15,7 @@
 #include "profinfer/dag.h"
 #include "profinfer/gzip_stream.h"
 #include "profinfer/intervals.h"
+#include "profinfer/tracing_cost.h"
 #include "profinfer/plotter.h"
 #include "profinfer/timeline.h"
 #include "profinfer/stats.h"
@@ -35,9 +36,42 @@ bool numeric(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// What the program printed about its own speed: llama-bench's JSON array (one object per
+// test), or a peer's JSON line (evalcb_peer, ort_peer: prefill_tps, decode_tps, its own
+// costs). bench_tg_tps / bench_pp_tps: the program's own decode / prompt speed.
+void program_metrics(const std::string& output, nlohmann::json& m) {
+    m["bench_pp_tps"] = nullptr;
+    m["bench_tg_tps"] = nullptr;
+    const auto j = nlohmann::json::parse(output.empty() ? "[]" : output, nullptr, false);
+    if (j.is_array()) {
+        for (const auto& t : j) {
+            if (!t.is_object()) continue;
+            if (t.value("n_gen", 0) > 0) m["bench_tg_tps"] = t.value("avg_ts", 0.0);
+            else if (t.value("n_prompt", 0) > 0) m["bench_pp_tps"] = t.value("avg_ts", 0.0);
+        }
+        return;
+    }
+    // A peer: its last line.
+    std::string line = output;
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    if (auto nl = line.rfind('\n'); nl != std::string::npos) line = line.substr(nl + 1);
+    const auto peer = nlohmann::json::parse(line, nullptr, false);
+    if (!peer.is_object()) return;
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"decode_tps", "bench_tg_tps"}, {"prefill_tps", "bench_pp_tps"}, {"dump_dot_ms", "dump_dot_ms"},
+             {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}})
+        if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
+}
+
+}  // namespace
+
 nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json) {
+    nlohmann::json m = nlohmann::json::object();
+    program_metrics(bench_json, m);
+    if (path.empty()) return m;  // an untraced run: the program's own numbers only
     store::Database db(path, store::Database::Mode::ReadOnly);
-    nlohmann::json m;
     {
         std::vector<double> tpot;
         store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
@@ -160,17 +194,6 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         m["wait_share_matmul_pct"] = most_waiting("op IN ('MUL_MAT', 'MUL_MAT_ID')");
         m["wait_share_other_pct"] = most_waiting("op NOT IN ('MUL_MAT', 'MUL_MAT_ID')");
     }
-    // llama-bench's own measurement of the same run: a JSON array, one object per test.
-    m["bench_pp_tps"] = nullptr;
-    m["bench_tg_tps"] = nullptr;
-    try {
-        const auto b = nlohmann::json::parse(bench_json.empty() ? "[]" : bench_json);
-        for (const auto& t : b) {
-            if (t.value("n_gen", 0) > 0) m["bench_tg_tps"] = t.value("avg_ts", 0.0);
-            else if (t.value("n_prompt", 0) > 0) m["bench_pp_tps"] = t.value("avg_ts", 0.0);
-        }
-    } catch (const nlohmann::json::exception&) {
-    }
     return m;
 }
 
@@ -186,7 +209,9 @@ const std::vector<MetricInfo> kMetrics = {
     {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
     {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
     {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"},
-    {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"}};
+    {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"},
+    {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
+    {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"}};
 
 const std::string& unit_of(const std::string& metric) {
     static const std::string none;
@@ -221,12 +246,6 @@ struct Recorded {
 };
 
 // The runs done of the sweep's points, from the index, point by point in the sweep's order.
-double seconds_of(sqlite3* h, const std::string& id, int round) {
-    store::Statement st(h, "SELECT coalesce(seconds, 0) FROM runs WHERE id = ? AND round = ?");
-    st.bind(1, id).bind(2, int64_t(round));
-    return st.step() ? st.column_double(0) : 0;
-}
-
 // What the index says of the study as a whole.
 struct StudyFacts {
     std::string board = "host";
@@ -251,14 +270,25 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         if (!store::Statement(h, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step())
             throw Error(index.string() + " is an index from before interleaved rounds: run the experiment again");
         if (store::Statement b(h, "SELECT value FROM experiment WHERE key = 'board'"); b.step()) facts.board = b.column_text(0);
-        store::Statement st(h, "SELECT id, round, db, bench FROM runs WHERE status = 'done' ORDER BY round, id");
+        store::Statement st(h, "SELECT id, round, db, bench, cpu_s, seconds FROM runs WHERE status = 'done' ORDER BY round, id");
         while (st.step()) {
             auto it = at.find(st.column_text(0));
             if (it == at.end()) continue;  // the other sweep's point
             Recorded& r = points[it->second];
-            facts.recording_s += seconds_of(h, st.column_text(0), int(st.column_int(1)));
-            r.dbs.push_back({int(st.column_int(1)), st.column_text(2)});
-            r.metrics.push_back(point_metrics(st.column_text(2), st.column_text(3)));
+            facts.recording_s += st.column_double(5);
+            const fs::path db = st.column_text(2);
+            r.dbs.push_back({int(st.column_int(1)), db});
+            nlohmann::json m = point_metrics(db, st.column_text(3));
+            m["cpu_s"] = st.column_is_null(4) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(4));
+            // The tracing-cost measures a run makes on itself.
+            const std::string& tracer = r.params.at("tracer");
+            if (!db.empty() && tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
+                m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(db)));
+            if (!db.empty() && tracer.rfind("budget-", 0) == 0) {
+                m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(db));
+                m["traced_calls_pct"] = number_or_null(traced_calls_pct(db));
+            }
+            r.metrics.push_back(std::move(m));
         }
     } catch (...) {
         sqlite3_close(h);
@@ -283,6 +313,138 @@ std::string machine_of(const fs::path& out_dir, const std::string& board) {
         }
     }
     return board;
+}
+
+// The parameters naming a point's group for a comparison: those the selectors do not fix
+// and that differ between the points.
+std::string group_name(const std::map<std::string, std::string>& params, const std::vector<PointSamples>& points,
+                       const std::map<std::string, std::string>& fixed_a, const std::map<std::string, std::string>& fixed_b) {
+    std::string g;
+    for (const auto& [k, v] : params) {
+        if (fixed_a.count(k) || fixed_b.count(k)) continue;
+        bool varies = false;
+        for (const auto& q : points) varies |= q.params.at(k) != v;
+        if (varies) g += (g.empty() ? "" : ", ") + k + "=" + v;
+    }
+    return g;
+}
+
+// Paper Table 5's view: every point against its group's baseline point (spec.baseline), in
+// the same rounds: the program's decode and prompt slowdown and the CPU time it adds, each
+// the median of per-round ratios' bootstrap (ratio_interval), and the decode slowdown as a
+// multiple of the bpftrace floor's.
+void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSamples>& points, const fs::path& out_dir,
+                       std::vector<fs::path>& written) {
+    auto matches = [](const PointSamples& p, const std::map<std::string, std::string>& sel) {
+        for (const auto& [k, v] : sel)
+            if (p.params.at(k) != v) return false;
+        return true;
+    };
+    static const ByRound kNone;
+    auto of = [](const PointSamples& p, const std::string& m) -> const ByRound& {
+        auto it = p.metrics.find(m);
+        return it == p.metrics.end() ? kNone : it->second;
+    };
+    std::map<std::string, const PointSamples*> base;
+    for (const auto& p : points)
+        if (matches(p, spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
+    Table t;
+    t.columns = {"point", "group", "n", "decode_slowdown_pct", "decode_slowdown_lo", "decode_slowdown_hi",
+                 "prefill_slowdown_pct", "prefill_slowdown_lo", "prefill_slowdown_hi", "cpu_pct", "cpu_lo", "cpu_hi",
+                 "x_floor"};
+    std::ostringstream md;
+    md << "# " << spec.title << ": each point against its baseline (" << spec.name << ")\n\n"
+       << "Per point, against the point of its group with";
+    for (const auto& [k, v] : spec.baseline) md << " " << k << "=" << v;
+    md << ", in the same rounds: slowdown = 100 × (1 − its speed / the baseline's), CPU = 100 × (its CPU time / the "
+          "baseline's − 1) (the run's whole CPU time, tracer included); each the ratio of medians with a 95 % bootstrap "
+          "interval over rounds (resampled together); × floor: the decode slowdown over the bpftrace floor's.\n\n"
+       << "| point | group | n | decode slowdown % | prefill slowdown % | CPU time % | × floor |\n|---|---|---|---|---|---|---|\n";
+    struct Row {
+        std::string name, group;
+        Interval d, p, c;
+    };
+    std::vector<Row> rows;
+    double floor = NAN;
+    for (const auto& p : points) {
+        if (matches(p, spec.baseline)) continue;
+        const std::string g = group_name(p.params, points, spec.baseline, {});
+        auto b = base.find(g);
+        if (b == base.end()) continue;  // no baseline in its group (e.g. runs measured against themselves)
+        std::string name;
+        for (const auto& [k, v] : p.params)
+            if (spec.baseline.count(k)) name += (name.empty() ? "" : ", ") + k + "=" + v;
+        auto slowdown = [](Interval r) {  // ratio → 100 (1 − r), the interval's ends swapped
+            Interval o = r;
+            o.median = 100 * (1 - r.median), o.lo = 100 * (1 - r.hi), o.hi = 100 * (1 - r.lo);
+            return o;
+        };
+        Interval c = ratio_interval(of(p, "cpu_s"), of(*b->second, "cpu_s"));
+        c.median = 100 * (c.median - 1), c.lo = 100 * (c.lo - 1), c.hi = 100 * (c.hi - 1);
+        rows.push_back({name, g, slowdown(ratio_interval(of(p, "bench_tg_tps"), of(*b->second, "bench_tg_tps"))),
+                        slowdown(ratio_interval(of(p, "bench_pp_tps"), of(*b->second, "bench_pp_tps"))), c});
+        if (p.params.at("tracer") == "bpftrace") floor = rows.back().d.median;
+    }
+    for (const auto& r : rows) {
+        const double x = std::isfinite(floor) && floor > 0 ? r.d.median / floor : NAN;
+        t.rows.push_back({r.name, r.group, int64_t(r.d.n), number_or_null(r.d.median), number_or_null(r.d.lo),
+                          number_or_null(r.d.hi), number_or_null(r.p.median), number_or_null(r.p.lo), number_or_null(r.p.hi),
+                          number_or_null(r.c.median), number_or_null(r.c.lo), number_or_null(r.c.hi), number_or_null(x)});
+        md << "| " << r.name << " | " << (r.group.empty() ? "–" : r.group) << " | " << r.d.n << " | " << with_interval(r.d)
+           << " | " << with_interval(r.p) << " | " << with_interval(r.c) << " | " << fmt3(x) << " |\n";
+    }
+    OutputFile::write(out_dir / "vs-baseline.csv", t.to_csv());
+    OutputFile::write(out_dir / "vs-baseline.md", md.str());
+    written.push_back(out_dir / "vs-baseline.csv");
+    written.push_back(out_dir / "vs-baseline.md");
+}
+
+// Operator times against the eval callback's, per round: the program evalcb recorded at
+// tracer op, and the same round's callback run (its nodes CSV).
+void write_fidelity(const std::vector<Recorded>& points, const fs::path& out_dir, std::vector<fs::path>& written) {
+    Table t;
+    t.columns = {"round", "operators", "median_rel_err_pct", "callback_slower_pct", "profinfer_ms", "callback_ms",
+                 "coverage_pct"};
+    std::vector<double> err, slower;
+    for (const auto& traced : points) {
+        if (traced.params.at("program") != "evalcb" || traced.params.at("tracer") != "op") continue;
+        for (const auto& cb : points) {
+            if (cb.params.at("program") != "evalcb" || cb.params.at("tracer") != "evalcb") continue;
+            auto same = traced.params;
+            same["tracer"] = "evalcb";
+            if (same != cb.params) continue;
+            for (const auto& [round, db] : traced.dbs)
+                for (const auto& [cb_round, cb_db] : cb.dbs) {
+                    if (cb_round != round) continue;
+                    // The callback run wrote its nodes next to where its DB would be.
+                    const fs::path nodes = out_dir / "points" / (cb.id + "-r" + std::to_string(round) + ".db.nodes.csv");
+                    if (!fs::exists(nodes)) continue;
+                    const Fidelity f = fidelity_against_callback(db, nodes);
+                    std::string cover;
+                    for (const auto& [th, pct] : f.coverage_pct) cover += (cover.empty() ? "" : " ") + th + ":" + fmt3(pct);
+                    t.rows.push_back({int64_t(round), int64_t(f.operators), number_or_null(f.median_rel_err_pct),
+                                      number_or_null(f.callback_slower_pct), f.profinfer_ms, f.callback_ms, cover});
+                    err.push_back(f.median_rel_err_pct), slower.push_back(f.callback_slower_pct);
+                }
+        }
+    }
+    if (t.rows.empty()) return;
+    std::ostringstream md;
+    md << "# Fidelity: profinfer's operator times against llama.cpp's eval callback\n\n"
+       << "Per round: evalcb_peer recorded by `profinfer record --level op` (the callback off) against the same "
+          "program with the eval callback timestamping every node (its own run of the round); per (name, op) the mean "
+          "time of each, decode calls after the first. Over the rounds: median relative error "
+       << with_interval(median_interval(err)) << " %, callback slower in " << with_interval(median_interval(slower))
+       << " % of the operators.\n\n| round | operators | median rel. error % | callback slower % | profinfer ms | "
+          "callback ms | thread coverage % |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& r : t.rows)
+        md << "| " << r[0].dump() << " | " << r[1].dump() << " | " << fmt3(r[2].is_number() ? r[2].get<double>() : NAN)
+           << " | " << fmt3(r[3].is_number() ? r[3].get<double>() : NAN) << " | " << fmt3(r[4].get<double>()) << " | "
+           << fmt3(r[5].get<double>()) << " | " << r[6].get<std::string>() << " |\n";
+    OutputFile::write(out_dir / "fidelity.csv", t.to_csv());
+    OutputFile::write(out_dir / "fidelity.md", md.str());
+    written.push_back(out_dir / "fidelity.csv");
+    written.push_back(out_dir / "fidelity.md");
 }
 
 }  // namespace
@@ -358,7 +520,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                 r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
             } else {
                 r.estimate = ratio_interval(av, samples(b->second, c.metric_b.empty() ? c.metric : c.metric_b));
-                r.verdict = judge(r.estimate, 1.0, c.expect_greater);
+                r.verdict = judge(r.estimate, c.factor, c.expect_greater);
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())
                 r.reason = r.estimate.n == 0 ? c.metric + " was not measured"
@@ -508,6 +670,8 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         OutputFile::write(out_dir / "runs.csv", runs.to_csv());
         written.push_back(out_dir / "runs.csv");
     }
+    if (!spec.baseline.empty()) write_vs_baseline(spec, samples, out_dir, written);
+    if (spec.fidelity) write_fidelity(points, out_dir, written);
     const auto verdicts = evaluate_claims(spec, samples, Testbed::here());
     {
         Table v;
@@ -632,18 +796,22 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                 // Categories: clustered bars, one per series, with the interval as an error bar.
                 gp << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
                       "set style fill solid 0.5 border -1\nset xtics rotate by -20\n";
+                // Rows "index label median lo hi": an inline data line that begins with 'e' ends
+                // the block in gnuplot, so the label is never first.
                 std::string cmd = "plot ";
-                int k = 0;
-                for (const auto& [name, by_x] : series)
-                    cmd += std::string(k++ ? ", " : "") + "'-' using 2:3:4" + (k == 1 ? ":xtic(1)" : "") + " title " +
+                bool first = true;
+                for (const auto& [name, by_x] : series) {
+                    cmd += std::string(first ? "" : ", ") + "'-' using 3:4:5" + (first ? ":xtic(2)" : "") + " title " +
                            gnuplot_quote(name);
+                    first = false;
+                }
                 gp << cmd << "\n";
                 for (const auto& [name, by_x] : series) {
-                    for (const auto& x : xs) {
-                        auto it = by_x.find(x);
+                    for (size_t i = 0; i < xs.size(); ++i) {
+                        auto it = by_x.find(xs[i]);
                         const Interval iv = it == by_x.end() ? Interval{} : it->second;
                         const double m = std::isfinite(iv.median) ? iv.median : NAN;
-                        gp << gnuplot_label(x) << " " << m << " " << (iv.has_interval() ? iv.lo : m) << " "
+                        gp << i << " " << gnuplot_label(xs[i]) << " " << m << " " << (iv.has_interval() ? iv.lo : m) << " "
                            << (iv.has_interval() ? iv.hi : m) << "\n";
                     }
                     gp << "e\n";

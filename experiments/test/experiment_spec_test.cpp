@@ -47,8 +47,8 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
         ids.insert(p.id());
         EXPECT_EQ(p.at("fa"), "off");
         EXPECT_EQ(p.at("backend"), "cpu");  // not swept: the default
-        EXPECT_EQ(p.params.size(), 14u);
-        for (const char* later : {"hog", "ot=", "nopo", "mem"})  // at their defaults, left out of the identity
+        EXPECT_EQ(p.params.size(), 16u);
+        for (const char* later : {"hog", "ot=", "nopo", "mem", "program", "tracer"})  // at their defaults, left out of the identity
             EXPECT_EQ(p.key().find(later), std::string::npos) << later;
     }
     EXPECT_EQ(keys.size(), 6u);
@@ -210,7 +210,9 @@ TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
     EXPECT_EQ(verdict_of(overlap, "MatMul is most of decode", "ctx=0, model=llama3.2-1b"), Verdict::NotReproduced);
     EXPECT_EQ(verdict_of(overlap, "The bandwidth wall", ""), Verdict::NotTestable);
     for (const auto& r : overlap)
-        if (r.claim->says == "The bandwidth wall") EXPECT_NE(r.reason.find("64 CPUs"), std::string::npos) << r.reason;
+        if (r.claim->says == "The bandwidth wall") {
+            EXPECT_NE(r.reason.find("64 CPUs"), std::string::npos) << r.reason;
+        }
     EXPECT_EQ(verdict_of(evaluate_claims(s, synthetic(s, 10, 10), Testbed{64, false}), "The bandwidth wall", "model=llama3.2-1b"),
               Verdict::Reproduced);
     // Two rounds: no interval, so no verdict either way.
@@ -220,8 +222,9 @@ TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
     const auto few = evaluate_claims(s, two, small);
     EXPECT_EQ(verdict_of(few, "Decode slows as the KV cache grows", "model=llama3.2-1b"), Verdict::NotTestable);
     for (const auto& r : few)
-        if (r.group == "model=llama3.2-1b" && r.claim->says.starts_with("Decode"))
+        if (r.group == "model=llama3.2-1b" && r.claim->says.starts_with("Decode")) {
             EXPECT_NE(r.reason.find("too few"), std::string::npos) << r.reason;
+        }
 }
 
 TEST(ExperimentSpec, RoundsVisitEveryPointInChangingOrders) {

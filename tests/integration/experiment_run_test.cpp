@@ -149,7 +149,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     r = run(cmd);
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("4 recorded, 0 already done"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("its trace DB is not here"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("have no trace DB here"), std::string::npos) << r.err;
     EXPECT_EQ(mtimes(out).size(), 4u);
 
     // profinfer diff between the two points' first rounds: per call, what the statistics say of each.

@@ -471,7 +471,7 @@ private:
                 skel_->rodata->alternate_calls = uint32_t(w);
             set_meta("alternate_calls", a);
         }
-        // The overhead study's ablations (experiments/overhead.py op-trap, op-nosend): the
+        // The overhead study's ablations (experiments/specs/overhead.toml: tracers op-trap, op-nosend): the
         // operator probes trap and return, or do everything but send. Not a trace.
         if (const char* ablate = std::getenv("PROFINFER_ABLATE")) {
             const std::string a = ablate;

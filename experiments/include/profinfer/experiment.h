@@ -4,12 +4,16 @@
 // `profinfer record` into its own trace DB, listed in the experiment's index DB
 // (index.db: point parameters → DB, status, command, timings, llama-bench's own output).
 // docs/experiments.md describes the spec format and the index.
+#include <sys/types.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +24,7 @@ namespace profinfer {
 
 // One sweep point: the value of every parameter.
 struct SweepPoint {
-    std::map<std::string, std::string> params;  // model, type, threads, backend, ctx, prompt, gen, fa, ngl, reps, hog, ot, nopo, mem
+    std::map<std::string, std::string> params;  // model, type, threads, backend, ctx, prompt, gen, fa, ngl, reps, hog, ot, nopo, mem, program, tracer
     std::string key() const;                    // "backend=cpu,ctx=0,..." (sorted), the point's identity
     std::string id() const;                     // short stable file name from key()
     const std::string& at(const std::string& name) const;
@@ -37,6 +41,7 @@ struct Claim {
     std::map<std::string, std::string> a, b;           // parameter → value selecting each side
     std::optional<double> value;                       // "a > value": the number a is held against
     bool expect_greater = true;                        // "a > …" (else "a < …")
+    double factor = 1;                                 // "a > 0.95 × b": the ratio a / b is held against it
     int requires_cpus = 0;                             // fewer online CPUs: not testable here
     bool requires_pmu = false;                         // no hardware counters: not testable here
     std::string not_testable;                          // why it cannot be tested on any machine like this one
@@ -48,8 +53,9 @@ struct ExperimentSpec {
     std::string level = "op";        // tracer level for every point
     std::string wait;                // record --wait at --level full (exact, sampled; empty: record's default)
     std::string scale = "full";      // model scale: full, or tiny (tests)
-    std::map<std::string, std::vector<std::string>> sweep;        // parameter → values
-    std::map<std::string, std::vector<std::string>> quick_sweep;  // overrides in --quick
+    // parameter → values: one sweep ([sweep]) or several joined ([[sweep]]).
+    std::vector<std::map<std::string, std::vector<std::string>>> sweeps;
+    std::map<std::string, std::vector<std::string>> quick_sweep;  // overrides in --quick, for every sweep
     // The figure: metric on y against parameter x, a line per value of series.
     std::string x, series;
     std::vector<std::string> metrics;
@@ -61,6 +67,12 @@ struct ExperimentSpec {
     bool timeline = false;
     // Paper Fig. 10 across the points: matmuls.csv, fit.csv/.md and a figure per thread count.
     bool matmuls = false;
+    // The table of every point against the point of its group that BASELINE selects
+    // (vs-baseline.csv/md: slowdown and CPU time with intervals; e.g. { tracer = "none" }).
+    std::map<std::string, std::string> baseline;
+    // Operator times of profinfer against llama.cpp's eval callback (program evalcb, tracer op
+    // against tracer evalcb), per round: fidelity.csv/md.
+    bool fidelity = false;
     // Interleaved rounds: each round records every point once, in an order that changes
     // from round to round. At least 5 for the full sweep, 2 for the quick one.
     int rounds = 5, quick_rounds = 2;
@@ -96,6 +108,37 @@ struct RunReport {
 // The order round ROUND (1-based) visits N points in: a permutation that differs from
 // round to round and is the same on every run of the spec (a resume follows it).
 std::vector<size_t> round_order(const std::string& spec_name, int round, size_t n);
+
+// What one run of a point executes (experiments/src/workload.cpp).
+struct Workload {
+    std::vector<std::string> program;  // the program's own command (what the index shows)
+    std::vector<std::string> argv;     // what runs: the program, or profinfer record -- program
+    std::vector<std::pair<std::string, std::string>> env;  // set for the run (ablations, NODE_PATH)
+    std::string bpftrace;              // a bpftrace program to run beside it (the floor); empty: none
+    bool stream = false;               // bpftrace prints a line per hit, read to the end
+    bool traced = false;               // argv records into the run's DB
+    std::filesystem::path nodes_csv;   // program evalcb under tracer evalcb: the callback's node times
+};
+// Whether TRACER records a trace DB (profinfer record) rather than running the program alone.
+bool is_traced(const std::string& tracer);
+Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p,
+                  const std::filesystem::path& model, const std::filesystem::path& db);
+
+// bpftrace beside a run: started and attached before it, stopped (SIGINT) after it.
+class BpftraceFloor {
+public:
+    BpftraceFloor(const std::string& script, bool stream);
+    ~BpftraceFloor();
+    BpftraceFloor(const BpftraceFloor&) = delete;
+    BpftraceFloor& operator=(const BpftraceFloor&) = delete;
+    int stop();  // exit status
+
+private:
+    pid_t pid_ = -1;
+    FILE* out_ = nullptr;
+    std::thread reader_;
+    int status_ = 0;
+};
 
 // Runs (or resumes) the experiment in interleaved rounds: each round records every point
 // once (points/<id>-r<round>.db), in round_order; runs already done are kept, with one

@@ -1,0 +1,42 @@
+#pragma once
+// What tracing cost a run, measured on the run itself (the overhead study's within-run
+// measures, paper Table 5), and how faithful its operator times are against llama.cpp's
+// own eval callback (Table 7's method). Read from a trace DB through the store's views.
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace profinfer {
+
+// A call a probe switch (a qos_events row: recorder began it at start_ns, it took effect at
+// ts_ns) may have slowed: overlapping the switch or the 300 ms after it.
+inline constexpr int64_t kSwitchAftermathNs = 300'000'000;
+
+// A PROFINFER_ALTERNATE run (decode calls alternate between windows whose operators are
+// recorded and windows that are not): per recorded window, its median decode call against
+// the mean of its two neighbouring windows' medians, minus 1, in %. The first SKIP calls of
+// each window (the switch falls there) and every call a switch may have slowed are left out.
+std::vector<double> paired_window_slowdowns_pct(const std::filesystem::path& db, int skip = 1);
+
+// A --budget run: what tracing cost its decode, on the run itself: the sum of its decode
+// calls over the sum of what each would have taken untraced (the mean of the untraced calls
+// no switch touched among the 2·HALF calls around it), minus 1, in %. NaN without such calls.
+double achieved_overhead_pct(const std::filesystem::path& db, int half = 32);
+
+// The share of calls whose operators were recorded (not left out by a gate), in %.
+double traced_calls_pct(const std::filesystem::path& db);
+
+// profinfer's operator times (--level op, decode calls after the first) against the eval
+// callback's (NODES_CSV: call,index,name,op,start_ns,end_ns of the same program and model in
+// another run), per (name, op) present in both.
+struct Fidelity {
+    size_t operators = 0;                 // (name, op) pairs compared
+    double median_rel_err_pct = 0;        // |ours − callback| / callback, median over the pairs
+    double callback_slower_pct = 0;       // share of pairs where the callback's time is longer
+    double profinfer_ms = 0, callback_ms = 0;  // sums of the pairs' mean times (one call's worth)
+    std::map<std::string, double> coverage_pct;  // per thread (t0, t1…): its operator time / decode call time
+};
+Fidelity fidelity_against_callback(const std::filesystem::path& db, const std::filesystem::path& nodes_csv);
+
+}  // namespace profinfer

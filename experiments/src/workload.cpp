@@ -1,0 +1,178 @@
+// What one run of a study's point executes: its program (llama-bench, or a peer: llama.cpp's
+// eval callback, ONNX Runtime) under its tracer (profinfer record at a level or an ablation,
+// a bpftrace floor beside it, a peer's own profiler, or nothing).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "profinfer/llama_install.h"
+#include "profinfer/subprocess.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+namespace {
+
+// Windows of the paired runs (PROFINFER_ALTERNATE): recorded against trap-only windows of
+// 8 calls; against windows with the probes out, 32 (a switch and its aftermath take ~25).
+constexpr int kPairedWindow = 8, kDetachWindow = 32;
+
+// The last line a script prints.
+std::string script_line(const std::vector<std::string>& argv) {
+    auto r = run_process(argv);
+    std::string out = r.out;
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
+    if (r.status != 0 || out.empty())
+        throw Error(argv[0] + " " + argv[1] + " failed (exit status " + std::to_string(r.status) + "): " + r.err);
+    return out;
+}
+
+// The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
+// or prints hits of the same functions (paper Table 5's bpftrace comparison).
+std::string bpftrace_script(const SweepPoint& p, bool stream) {
+    const auto install = LlamaInstall::locate(p.at("backend") == "cpu" ? "debug" : p.at("backend"), false);
+    std::string lib;
+    for (const auto& c : install.libggml_cpu) lib = c.string();  // one CPU variant in these builds
+    if (install.libggml_cpu.size() != 1)
+        throw Error("tracer bpftrace needs a llama.cpp build with one CPU library; " + install.flavour + " has " +
+                    std::to_string(install.libggml_cpu.size()));
+    const std::string action = stream ? R"({ printf("%d %d %llu\n", tid, cpu, nsecs); })" : "{ @[tid] = count(); }";
+    return "uprobe:" + lib + ":ggml_cpu_extra_compute_forward, uprobe:" + lib +
+           ":ggml_compute_forward_rms_norm_mul_fused " + action;
+}
+
+}  // namespace
+
+BpftraceFloor::BpftraceFloor(const std::string& script, bool stream) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot start bpftrace: ") + std::strerror(errno));
+    pid_ = fork();
+    if (pid_ < 0) throw Error(std::string("cannot start bpftrace: ") + std::strerror(errno));
+    if (pid_ == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the run
+        dup2(fds[1], STDOUT_FILENO);
+        // Its complaints at exit (detaching from a library the run has unmapped) are noise here.
+        if (int null = ::open("/dev/null", O_WRONLY); null >= 0) dup2(null, STDERR_FILENO);
+        execlp("bpftrace", "bpftrace", "-e", script.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    ::close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+    // "Attaching N probes..." once they are in place; then the run may start.
+    char line[4096];
+    bool attached = false;
+    while (!attached && fgets(line, sizeof line, out_)) attached = std::strncmp(line, "Attaching", 9) == 0;
+    if (!attached) {
+        stop();
+        throw Error("bpftrace did not attach its probes (is it installed? apt-get install bpftrace)");
+    }
+    // The streaming floor prints a line per hit: read to the end, as a consumer would.
+    if (stream) reader_ = std::thread([f = out_] {
+        char buf[65536];
+        while (fread(buf, 1, sizeof buf, f) > 0) {
+        }
+    });
+}
+
+int BpftraceFloor::stop() {
+    if (pid_ <= 0) return status_;
+    kill(pid_, SIGINT);
+    if (reader_.joinable()) reader_.join();
+    else {
+        char buf[4096];
+        while (out_ && fread(buf, 1, sizeof buf, out_) > 0) {
+        }
+    }
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    if (out_) fclose(out_), out_ = nullptr;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+}
+
+BpftraceFloor::~BpftraceFloor() { stop(); }
+
+bool is_traced(const std::string& tracer) {
+    return !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
+             tracer == "bpftrace" || tracer == "bpftrace-stream");
+}
+
+Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p, const fs::path& model,
+                  const fs::path& db) {
+    Workload w;
+    const std::string& program = p.at("program");
+    const std::string& tracer = p.at("tracer");
+    if (program == "llama-bench") {
+        if (tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile")
+            throw Error("tracer " + tracer + " belongs to another program than llama-bench");
+        w.program = point_command(p, model);
+    } else if (program == "evalcb") {
+        if (tracer != "none" && tracer != "evalcb" && tracer != "dump-dot" && tracer != "op")
+            throw Error("program evalcb runs under tracer none, evalcb, dump-dot or op, not " + tracer);
+        const std::string mode = tracer == "evalcb" ? "callback" : tracer == "dump-dot" ? "dump-dot" : "none";
+        w.program = {PROFINFER_EVALCB_PEER, model.string(), "--threads", p.at("threads"), "--tokens", p.at("gen"),
+                     "--mode", mode};
+        if (tracer == "evalcb") {
+            w.nodes_csv = db.string() + ".nodes.csv";  // the callback's node times, for fidelity
+            w.program.insert(w.program.end(), {"--nodes-csv", w.nodes_csv.string()});
+        }
+    } else if (program == "ort") {
+        if (tracer != "none" && tracer != "ort-profile")
+            throw Error("program ort runs under tracer none or ort-profile, not " + tracer);
+        const std::string scripts = std::string(PROFINFER_SOURCE_DIR) + "/scripts/ort.sh";
+        const std::string onnx =
+            script_line({scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"});
+        w.env.push_back({"NODE_PATH", script_line({scripts, "node-path"})});
+        w.program = {"node", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/ort_peer.js", onnx, "--threads",
+                     p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
+        if (tracer == "ort-profile") w.program.push_back("--profile");
+    } else {
+        throw Error("program is llama-bench, evalcb or ort, not " + program);
+    }
+    if (tracer == "bpftrace" || tracer == "bpftrace-stream") {
+        w.bpftrace = bpftrace_script(p, tracer == "bpftrace-stream");
+        w.stream = tracer == "bpftrace-stream";
+    }
+    w.traced = is_traced(tracer);
+    if (!w.traced) {
+        w.argv = w.program;
+        return w;
+    }
+    // Recorded: the level, and what the tracer changes about it.
+    std::string level = tracer == "level" ? spec.level : tracer;
+    std::vector<std::string> extra;
+    if (tracer == "full-exact") level = "full", extra = {"--wait", "exact"};
+    if (tracer == "op-trap" || tracer == "op-nosend") {
+        level = "op";
+        w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
+    }
+    if (tracer.rfind("budget-", 0) == 0) level = "op", extra = {"--budget", tracer.substr(7)};
+    if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired") {
+        const bool detach = tracer.find("detach") != std::string::npos;
+        level = tracer.rfind("full", 0) == 0 ? "full" : "op";
+        w.env.push_back({"PROFINFER_ALTERNATE", detach ? std::to_string(kDetachWindow) + ":detach" : std::to_string(kPairedWindow)});
+        if (tracer.rfind("trap", 0) == 0) w.env.push_back({"PROFINFER_ABLATE", "trap"});
+    }
+    // --stop-with-parent: a run killed mid-point leaves no recording behind it.
+    w.argv = {opt.profinfer.string(), "record", "--stop-with-parent", "--level", level, "--board", opt.board, "-o", db.string()};
+    w.argv.insert(w.argv.end(), extra.begin(), extra.end());
+    if (level == "full" && !opt.counters.empty()) w.argv.insert(w.argv.end(), {"--counters", opt.counters});
+    if (!spec.wait.empty() && tracer == "level") w.argv.insert(w.argv.end(), {"--wait", spec.wait});
+    if (p.at("mem") != "none") w.argv.insert(w.argv.end(), {"--memory-limit", p.at("mem")});
+    w.argv.push_back("--");
+    w.argv.insert(w.argv.end(), w.program.begin(), w.program.end());
+    return w;
+}
+
+}  // namespace profinfer
