@@ -1,0 +1,122 @@
+// The overhead study's within-run measures on traces with known answers.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "profinfer/store.h"
+#include "profinfer/tracing_cost.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+
+// Decode calls back to back; TRACED(i) says whether call i's operators were recorded and
+// DUR_NS(i) how long it took. Switches: (began, took effect) pairs.
+fs::path synthetic_trace(const TempDir& d, int calls, const std::function<bool(int)>& traced,
+                         const std::function<int64_t(int)>& dur_ns, const std::vector<std::pair<int64_t, int64_t>>& switches = {}) {
+    const fs::path p = d / "t.db";
+    fs::remove(p);
+    store::Database db(p, store::Database::Mode::Create);
+    int64_t t = 1'000'000'000;
+    db.exec("BEGIN");
+    for (int i = 0; i < calls; ++i) {
+        const int64_t dur = dur_ns(i);
+        db.exec("INSERT INTO tokens(id, pid, tid, cpu, start_ns, end_ns, n_tokens, ret) VALUES (" + std::to_string(i + 1) +
+                ", 1, 1, 0, " + std::to_string(t) + ", " + std::to_string(t + dur) + ", 1, 0)");
+        if (!traced(i)) db.exec("INSERT INTO ops_untraced(token_id) VALUES (" + std::to_string(i + 1) + ")");
+        t += dur + 100'000;
+    }
+    for (const auto& [began, took] : switches)
+        db.exec("INSERT INTO qos_events(ts_ns, start_ns, action, tokens_per_s) VALUES (" + std::to_string(took) + ", " +
+                std::to_string(began) + ", 'attach', 0)");
+    db.exec("COMMIT");
+    return p;
+}
+
+}  // namespace
+
+// Windows of 8 calls alternate, recorded ones 5 % slower: each recorded window between two
+// others reads +5 %; a window's first call (where the switch falls) does not count.
+TEST(TracingCost, PairedWindowsResolveAFivePercentCost) {
+    TempDir d;
+    auto traced = [](int i) { return (i / 8) % 2 == 1; };
+    const auto db = synthetic_trace(d, 96, traced, [&](int i) {
+        if (i % 8 == 0) return int64_t(90'000'000);  // a switch's call: slow, and skipped
+        return traced(i) ? int64_t(21'000'000) : int64_t(20'000'000);
+    });
+    const auto w = paired_window_slowdowns_pct(db);
+    ASSERT_EQ(w.size(), 5u);  // recorded windows with a neighbour on each side: 1, 3, 5, 7, 9
+    for (double x : w) EXPECT_NEAR(x, 5.0, 1e-9);
+    // Without skipping the first call, the slow switch calls are in the medians' reach but
+    // do not move a median of 8.
+    for (double x : paired_window_slowdowns_pct(db, 0)) EXPECT_NEAR(x, 5.0, 1e-9);
+}
+
+// A switch takes the calls it may have slowed (it and the 300 ms after it) out of the
+// medians: the 5 slow calls after a switch inside recorded window 3 would read as a large cost.
+TEST(TracingCost, CallsASwitchMayHaveSlowedAreLeftOut) {
+    TempDir d;
+    auto traced = [](int i) { return (i / 8) % 2 == 1; };
+    auto dur = [&](int i) { return i >= 24 && i < 29 ? int64_t(60'000'000) : traced(i) ? int64_t(22'000'000) : int64_t(20'000'000); };
+    // Call i starts at 1e9 + the durations before it + 0.1 ms each.
+    int64_t at = 1'000'000'000;
+    for (int i = 0; i < 24; ++i) at += dur(i) + 100'000;
+    const auto db = synthetic_trace(d, 80, traced, dur, {{at - 1'000'000, at}});
+    const auto w = paired_window_slowdowns_pct(db);
+    ASSERT_EQ(w.size(), 4u);
+    for (double x : w) EXPECT_NEAR(x, 10.0, 1e-9);
+    const auto blind = synthetic_trace(d, 80, traced, dur);  // the same calls, no switch recorded
+    double worst = 0;
+    for (double x : paired_window_slowdowns_pct(blind)) worst = std::max(worst, x);
+    EXPECT_GT(worst, 50);
+}
+
+// A --budget run: a fifth of the calls recorded at +10 %: the run's decode cost 2 %.
+TEST(TracingCost, BudgetAchievedIsTheRunsOwnCost) {
+    TempDir d;
+    auto traced = [](int i) { return i % 5 == 0; };
+    const auto db = synthetic_trace(d, 200, traced, [&](int i) { return traced(i) ? int64_t(22'000'000) : int64_t(20'000'000); });
+    EXPECT_NEAR(achieved_overhead_pct(db), 2.0, 0.01);
+    EXPECT_NEAR(traced_calls_pct(db), 20.0, 1e-9);
+    // Nothing recorded: nothing cost.
+    const auto none = synthetic_trace(d, 50, [](int) { return false; }, [](int) { return int64_t(20'000'000); });
+    EXPECT_NEAR(achieved_overhead_pct(none), 0.0, 1e-9);
+    EXPECT_NEAR(traced_calls_pct(none), 0.0, 1e-9);
+}
+
+// Fidelity against a callback whose times are ours (0 %) and ours × 1.25 (20 % relative error,
+// every operator slower under the callback).
+TEST(TracingCost, FidelityComparesTheSameOperators) {
+    TempDir d;
+    const fs::path golden = golden_trace("llama3.2-1b-full");
+    std::ofstream same(d / "same.csv"), slow(d / "slow.csv");
+    same << "call,index,name,op,start_ns,end_ns\n";
+    slow << "call,index,name,op,start_ns,end_ns\n";
+    {
+        store::Database db(golden, store::Database::Mode::ReadOnly);
+        store::Statement st(db.handle(), "SELECT call, name, op, dur_ns FROM node_times WHERE phase = 'decode' AND call > 0");
+        int k = 0;
+        while (st.step()) {
+            const int64_t dur = st.column_int(3);
+            same << st.column_int(0) << "," << k << "," << st.column_text(1) << "," << st.column_text(2) << ",0," << dur << "\n";
+            slow << st.column_int(0) << "," << k++ << "," << st.column_text(1) << "," << st.column_text(2) << ",0,"
+                 << dur + dur / 4 << "\n";
+        }
+    }
+    same.close(), slow.close();
+    const Fidelity f0 = fidelity_against_callback(golden, d / "same.csv");
+    ASSERT_GT(f0.operators, 20u);
+    EXPECT_NEAR(f0.median_rel_err_pct, 0.0, 1e-6);
+    EXPECT_NEAR(f0.profinfer_ms, f0.callback_ms, 1e-6);
+    EXPECT_FALSE(f0.coverage_pct.empty());  // a share per thread
+    for (const auto& [t, pct] : f0.coverage_pct) {
+        EXPECT_GT(pct, 10) << t;
+        EXPECT_LE(pct, 101) << t;
+    }
+    const Fidelity f1 = fidelity_against_callback(golden, d / "slow.csv");
+    EXPECT_NEAR(f1.median_rel_err_pct, 20.0, 0.5);
+    EXPECT_NEAR(f1.callback_slower_pct, 100.0, 1e-9);
+}
