@@ -271,6 +271,18 @@ std::string missing_for(const SweepPoint& p, bool install) {
         return "backend '" + backend + "' is not provided by profinfer's scripts (cpu, blis, openblas and vulkan are)";
     fs::path bench;
     try {
+        if (install) {  // a long first build is never silent
+            bool here = true;
+            try {
+                LlamaInstall::locate(flavour, false).program("llama-bench");
+            } catch (const Error&) {
+                here = false;
+            }
+            if (!here)
+                std::cerr << "profinfer: backend '" << backend << "' needs the '" << flavour
+                          << "' llama.cpp build, not in the cache yet: building or unpacking it (once; a BLAS build "
+                             "takes about 6 minutes on 2 cores) …\n";
+        }
         bench = LlamaInstall::locate(flavour, install).program("llama-bench");
     } catch (const Error& e) {
         return "backend '" + backend + "' needs the '" + flavour + "' llama.cpp build: " + e.what() +
