@@ -6,8 +6,12 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "model_card.h"
 #include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "profinfer/intervals.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/stats.h"
 #include "profinfer/subprocess.h"
@@ -121,21 +125,6 @@ std::string weight_pattern(const std::string& shape, const ModelCard& c) {
     return it == kWeight.end() ? "" : "blk\\.[0-9]+\\." + it->second + "\\.weight";
 }
 
-struct BenchResult {
-    double pp = NAN, pp_sd = NAN, tg = NAN, tg_sd = NAN;
-};
-
-BenchResult bench(const std::vector<std::string>& argv) {
-    auto r = run_process(argv);
-    if (r.status != 0) throw Error("llama-bench failed (exit " + std::to_string(r.status) + "): " + r.err.substr(0, 400));
-    BenchResult b;
-    for (const auto& t : nlohmann::json::parse(r.out)) {
-        if (t.value("n_gen", 0) > 0) b.tg = t.value("avg_ts", NAN), b.tg_sd = t.value("stddev_ts", NAN);
-        else if (t.value("n_prompt", 0) > 0) b.pp = t.value("avg_ts", NAN), b.pp_sd = t.value("stddev_ts", NAN);
-    }
-    return b;
-}
-
 }  // namespace
 
 void add_plan(CLI::App& app, std::function<int()>& action) {
@@ -145,14 +134,15 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
     auto threads = std::make_shared<int>(2);
     auto compare = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
-    auto reps = std::make_shared<int>(3);
+    auto reps = std::make_shared<int>(5);
     auto* cmd = app.add_subcommand("plan", "Choose CPU or Vulkan per weight MatMul from fitted models, as --override-tensor patterns");
     cmd->footer("For each weight MatMul of the card's decode step, the backend models.json predicts fastest (cpu or\n"
                 "vulkan; a backend without a model is not chosen). Prints the choice per weight and llama.cpp's\n"
                 "-ot pattern that places the Vulkan ones ('none' when all stay on the CPU); run with -ngl 0 -nopo 1.\n"
                 "--compare MODEL.gguf runs llama-bench (the Vulkan build, GGML_VK_VISIBLE_DEVICES=0) with the plan,\n"
                 "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 64 -n 32, in --reps interleaved\n"
-                "rounds, and prints decode and prefill speed (median ± sd over rounds) side by side;\n"
+                "rounds (the experiment runner: DIR/compare/, resumable), and prints decode and prefill speed (median\n"
+                "with a 95 % interval, from 5 rounds) side by side and the plan against the faster single backend;\n"
                 "-o DIR writes plan.json, plan.md and plan.csv there.");
     cmd->add_option("models", *models, "models.json from profinfer fit")->required()->check(CLI::ExistingFile);
     cmd->add_option("--card", *card, "Model card name (models/cards) or .toml file")->required();
@@ -196,71 +186,98 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
             plan["override_tensor"] = ot.empty() ? "none" : ot;
             md << "\nPlan: " << (ot.empty() ? "every weight MatMul on the CPU (no -ot)" : "`-ngl 0 -nopo 1 -ot \"" + ot + "\"`") << "\n";
             if (!compare->empty()) {
-                setenv("GGML_VK_VISIBLE_DEVICES", "0", 1);  // lavapipe is a CPU-type device ggml-vulkan hides otherwise
-                const std::string b = LlamaInstall::locate("vulkan", false).program("llama-bench").string();
-                const std::vector<std::string> base{b, "-m", *compare, "-t", std::to_string(*threads), "-p", "64", "-n", "32",
-                                                    "-r", "1", "-o", "json"};
+                // The plan, all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99): llama-bench of
+                // the Vulkan build untraced, run by the experiment runner in interleaved rounds
+                // (OUT/compare/, resumable), each configuration's median with its interval, and the
+                // plan against the faster single backend as a ratio with its interval.
+                auto sweep = [&](const std::string& ngl, const std::string& nopo, const std::string& ot_value) {
+                    return std::map<std::string, std::vector<std::string>>{
+                        {"model", {c.name}}, {"type", {*type}},  {"threads", {std::to_string(*threads)}},
+                        {"backend", {"vulkan"}}, {"prompt", {"64"}}, {"gen", {"32"}}, {"ngl", {ngl}},
+                        {"nopo", {nopo}},        {"ot", {ot_value}}, {"tracer", {"none"}}};
+                };
+                ExperimentSpec spec;
+                spec.name = "plan-compare";
+                spec.title = "The plan against each single backend";
+                spec.paper = "§7";
+                spec.sweeps = {sweep("0", "1", ot.empty() ? "none" : ot), sweep("0", "1", "none"), sweep("99", "0", "none")};
+                spec.x = "ngl";
+                spec.metrics = {"bench_tg_tps", "bench_pp_tps"};
+                RunOptions opt;
+                char self[4096] = {};
+                if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) throw Error("cannot find the profinfer binary");
+                opt.profinfer = self;
+                opt.rounds = *reps;
+                opt.model = *compare;
+                const std::filesystem::path dir =
+                    out->empty() ? std::filesystem::temp_directory_path() / ("profinfer-plan-" + std::to_string(getpid()))
+                                 : std::filesystem::path(*out) / "compare";
+                opt.out_dir = dir;
+                const auto rep = run_experiment(spec, opt);
+                if (rep.failed > 0) throw Error("llama-bench failed in " + std::to_string(rep.failed) + " runs (" + (dir / "index.db").string() + ")");
+                summarise_experiment(spec, dir, false);
+                const auto samples = study_samples(spec, dir, false);
+                auto find = [&](const std::string& ngl, const std::string& ot_value) -> const PointSamples& {
+                    for (const auto& p : samples)
+                        if (p.params.at("ngl") == ngl && p.params.at("ot") == ot_value) return p;
+                    throw Error("plan --compare: no runs of ngl " + ngl + ", ot " + ot_value + " in " + dir.string());
+                };
+                static const ByRound kNone;
+                auto of = [](const PointSamples& p, const std::string& m) -> const ByRound& {
+                    auto it = p.metrics.find(m);
+                    return it == p.metrics.end() ? kNone : it->second;
+                };
+                auto values = [](const ByRound& b) {
+                    std::vector<double> v;
+                    for (const auto& [r, x] : b) v.push_back(x);
+                    return v;
+                };
                 struct Config {
-                    std::string name;
-                    std::vector<std::string> extra;
+                    std::string name, args;
+                    const PointSamples* p;
                 };
-                std::vector<Config> configs{{"cpu", {"-ngl", "0", "-nopo", "1"}}, {"vulkan", {"-ngl", "99"}}};
-                Config p{"plan", {"-ngl", "0", "-nopo", "1"}};
-                if (!ot.empty()) p.extra.insert(p.extra.end(), {"-ot", ot});
-                configs.insert(configs.begin(), p);
-                // Interleaved rounds (one llama-bench run per configuration per round), so that
-                // a drifting machine weighs on every configuration alike; median and sd over rounds.
-                const std::string base_cmd = [&] {
-                    std::string c;
-                    for (const auto& a : base) c += (c.empty() ? "" : " ") + a;
-                    return c;
-                }();
-                std::map<std::string, std::vector<BenchResult>> runs;
-                for (int round = 0; round < *reps; ++round)
-                    for (const auto& cfg : configs) {
-                        auto argv = base;
-                        argv.insert(argv.end(), cfg.extra.begin(), cfg.extra.end());
-                        std::cerr << "profinfer plan: round " << round + 1 << "/" << *reps << ": " << cfg.name << " …\n";
-                        runs[cfg.name].push_back(bench(argv));
-                    }
-                auto stats = [](std::vector<double> v) {
-                    std::sort(v.begin(), v.end());
-                    const size_t n = v.size();
-                    const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-                    double mean = 0, sd = 0;
-                    for (double x : v) mean += x / double(n);
-                    for (double x : v) sd += (x - mean) * (x - mean);
-                    return std::pair{med, n > 1 ? std::sqrt(sd / double(n - 1)) : 0.0};
-                };
-                Table t{{"config", "decode_tps", "decode_sd", "prefill_tps", "prefill_sd", "rounds", "command"}, {}};
-                md << "\nMeasured: llama-bench -p 64 -n 32 -r 1, " << *reps << " interleaved rounds, median ± sd over rounds "
-                   << "(GGML_VK_VISIBLE_DEVICES=0):\n\n| config | decode tok/s | prefill tok/s | arguments |\n|---|---|---|---|\n";
-                double best_single = 0, planned = 0, sd_max = 0;
+                const std::vector<Config> configs{
+                    {"plan", ot.empty() ? "-ngl 0 -nopo 1" : "-ngl 0 -nopo 1 -ot \"" + ot + "\"", &find("0", ot.empty() ? "none" : ot)},
+                    {"cpu", "-ngl 0 -nopo 1", &find("0", "none")},
+                    {"vulkan", "-ngl 99", &find("99", "none")}};
+                Table t{{"config", "decode_tps", "decode_lo", "decode_hi", "prefill_tps", "prefill_lo", "prefill_hi", "rounds", "arguments"}, {}};
+                md << "\nMeasured: llama-bench -p 64 -n 32 -r 1 of the Vulkan build (GGML_VK_VISIBLE_DEVICES=0), untraced, " << *reps
+                   << " interleaved rounds (" << dir.string() << "): median [95 % bootstrap interval] over rounds:\n\n"
+                   << "| config | decode tok/s | prefill tok/s | arguments |\n|---|---|---|---|\n";
                 for (const auto& cfg : configs) {
-                    std::vector<double> tg, pp;
-                    for (const auto& r : runs[cfg.name]) tg.push_back(r.tg), pp.push_back(r.pp);
-                    const auto [tgm, tgs] = stats(tg);
-                    const auto [ppm, pps] = stats(pp);
-                    std::string extra;
-                    for (const auto& a : cfg.extra) extra += " " + a;
-                    t.rows.push_back({cfg.name, tgm, tgs, ppm, pps, *reps, base_cmd + extra});
-                    char line[512];
-                    std::snprintf(line, sizeof line, "| %s | %.2f ± %.2f | %.1f ± %.1f | `%s` |\n", cfg.name.c_str(), tgm, tgs, ppm,
-                                  pps, extra.c_str());
-                    md << line;
-                    plan["measured"][cfg.name] = {{"decode_tps", tgm}, {"decode_sd", tgs}, {"prefill_tps", ppm},
-                                                  {"prefill_sd", pps}, {"rounds", *reps}, {"command", base_cmd + extra}};
-                    sd_max = std::max(sd_max, tgs);
-                    if (cfg.name == "plan") planned = tgm;
-                    else best_single = std::max(best_single, tgm);
+                    const Interval tg = median_interval(values(of(*cfg.p, "bench_tg_tps")));
+                    const Interval pp = median_interval(values(of(*cfg.p, "bench_pp_tps")));
+                    t.rows.push_back({cfg.name, tg.median, tg.has_interval() ? nlohmann::json(tg.lo) : nlohmann::json(nullptr),
+                                      tg.has_interval() ? nlohmann::json(tg.hi) : nlohmann::json(nullptr), pp.median,
+                                      pp.has_interval() ? nlohmann::json(pp.lo) : nlohmann::json(nullptr),
+                                      pp.has_interval() ? nlohmann::json(pp.hi) : nlohmann::json(nullptr), int64_t(tg.n), cfg.args});
+                    md << "| " << cfg.name << " | " << format_with_interval(tg.median, tg.lo, tg.hi) << " | "
+                       << format_with_interval(pp.median, pp.lo, pp.hi) << " | `" << cfg.args << "` |\n";
+                    plan["measured"][cfg.name] = {{"decode_tps", tg.median}, {"prefill_tps", pp.median}, {"rounds", tg.n},
+                                                  {"arguments", cfg.args}};
                 }
-                // Within two standard deviations of the best single backend counts as as fast.
-                const bool ok = planned >= best_single - 2 * sd_max;
-                plan["as_fast_as_best_single_backend"] = ok;
-                md << "\nThe plan is " << (ok ? "as fast as" : "slower than") << " the best single backend in decode ("
-                   << planned << " vs " << best_single << " tok/s)"
-                   << (ok ? "." : ": the models predicted wrong (see the Vulkan model's held-out error in models.md).") << "\n";
+                // The faster single backend (by median decode speed), and the plan against it.
+                const auto& cpu_tg = of(*configs[1].p, "bench_tg_tps");
+                const auto& vk_tg = of(*configs[2].p, "bench_tg_tps");
+                const bool cpu_best = median_of(values(cpu_tg)) >= median_of(values(vk_tg));
+                const Interval r = ratio_interval(of(*configs[0].p, "bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
+                const Verdict v = judge(r, 1.0, true);
+                const std::string said = v == Verdict::Reproduced      ? "faster than"
+                                         : v == Verdict::WithinNoise   ? "as fast as (within noise)"
+                                         : v == Verdict::NotReproduced ? "slower than"
+                                                                       : "not comparable, with too few rounds for an interval, to";
+                plan["plan_over_best_single"] = {{"best_single", cpu_best ? "cpu" : "vulkan"}, {"ratio", r.median},
+                                                 {"lo", r.has_interval() ? nlohmann::json(r.lo) : nlohmann::json(nullptr)},
+                                                 {"hi", r.has_interval() ? nlohmann::json(r.hi) : nlohmann::json(nullptr)},
+                                                 {"verdict", said}};
+                plan["as_fast_as_best_single_backend"] = v == Verdict::Reproduced || v == Verdict::WithinNoise;
+                md << "\nDecode, plan / " << (cpu_best ? "cpu" : "vulkan") << " (the faster single backend): "
+                   << format_with_interval(r.median, r.lo, r.hi) << " (n = " << r.n << "): the plan is " << said
+                   << " the best single backend"
+                   << (v == Verdict::NotReproduced ? ": the models predicted wrong (see the Vulkan model's held-out error in models.md)" : "")
+                   << ".\n";
                 if (!out->empty()) OutputFile::write(std::filesystem::path(*out) / "plan.csv", t.to_csv());
+                if (out->empty()) std::filesystem::remove_all(dir);
             }
             if (!out->empty()) {
                 OutputFile::write(std::filesystem::path(*out) / "plan.json", plan.dump(1) + "\n");

@@ -11,6 +11,7 @@
 #include "profinfer/perf_models.h"
 #include "profinfer/perf_models_reader.hpp"
 #include "profinfer/error.h"
+#include "profinfer/llama_install.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -173,4 +174,35 @@ TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
     auto cpu = run({profinfer_bin(), "plan", d / "cpu.json", "--card", "llama3.2-1b"});
     ASSERT_EQ(cpu.status, 0) << cpu.err;
     EXPECT_NE(cpu.out.find("every weight MatMul on the CPU"), std::string::npos) << cpu.out;
+}
+
+// plan --compare measures the plan against each single backend with the experiment runner:
+// three configurations in interleaved rounds (OUT/compare/index.db), each with its median, and
+// the plan against the faster single backend; with 2 rounds there is no interval, and the
+// verdict says so instead of calling the plan as fast.
+TEST(PerfModels, PlanCompareRunsInInterleavedRounds) {
+    (void)LlamaInstall::locate("vulkan", true);  // unpacked and set up once
+    TempDir d;
+    nlohmann::json j{{"schema", "profinfer.models"}, {"version", 1}};
+    j["matmul"] = {{{"backend", "cpu"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
+                    {"linear", {{"intercept_us", 5.0}, {"us_per_mnkh", 0.05e-3}}}},
+                   {{"backend", "vulkan"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
+                    {"linear", {{"intercept_us", 300.0}, {"us_per_mnkh", 0.01e-3}}}}};
+    std::ofstream(d / "models.json") << j.dump();
+    auto r = run({profinfer_bin(), "plan", d / "models.json", "--card", "llama3.2-1b", "--compare",
+                  tiny_model("llama3.2-1b", "q4_0"), "--reps", "2", "-o", d.path()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("[round 2/2, 6/6]"), std::string::npos) << r.err;
+    const Table t = Table::from_csv(read_file(d / "plan.csv"));
+    ASSERT_EQ(t.rows.size(), 3u);
+    for (const auto& row : t.rows) {
+        EXPECT_EQ(row[t.column("rounds")].get<int64_t>(), 2);
+        EXPECT_GT(row[t.column("decode_tps")].get<double>(), 0);
+        EXPECT_TRUE(row[t.column("decode_lo")].is_null());  // 2 rounds: no interval
+    }
+    std::ifstream in(d / "plan.json");
+    const auto plan = nlohmann::json::parse(in);
+    EXPECT_NE(plan["plan_over_best_single"]["verdict"].get<std::string>().find("too few rounds"), std::string::npos);
+    EXPECT_FALSE(plan["as_fast_as_best_single_backend"].get<bool>());
+    EXPECT_TRUE(fs::exists(d / "compare" / "runs.csv"));
 }

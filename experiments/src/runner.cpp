@@ -362,7 +362,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             else
                 std::cout << "\n    "
                           << (p.at("program") == "llama-bench"
-                                  ? env_prefix(p) + shell_command(on_board(opt, point_command(p, point_model(p, spec.scale, opt.profinfer, false))))
+                                  ? env_prefix(p) + shell_command(on_board(opt, point_command(p, opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, false) : opt.model)))
                                   : "program " + p.at("program"))
                           << (p.at("tracer") != "level" ? "\n    tracer: " + p.at("tracer") : std::string())
                           << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
@@ -426,7 +426,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                 --left;
                 continue;
             }
-            const fs::path model = point_model(p, spec.scale, opt.profinfer, true);
+            const fs::path model = opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, true) : opt.model;
             for (const char* suffix : {"", "-wal", "-shm", ".nodes.csv"}) fs::remove(db.string() + suffix);  // an interrupted attempt
             Workload w = workload(spec, opt, p, model, db);
             w.argv = on_board(opt, w.argv);

@@ -13,6 +13,7 @@
 #include "profinfer/experiment.h"
 #include "profinfer/output_file.h"
 #include "profinfer/dag.h"
+#include "profinfer/ggml_types.h"
 #include "profinfer/gzip_stream.h"
 #include "profinfer/intervals.h"
 #include "profinfer/tracing_cost.h"
@@ -140,6 +141,26 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         m["gpu_graph_share_pct"] = gpu > 0 && total > 0 ? nlohmann::json(100.0 * gpu / total) : nlohmann::json(nullptr);
     }
     {
+        // Paper Fig. 11's mechanism: the rate decode's weight MatMuls (KQ/KQV excluded) stream
+        // their weights, bytes of the weight (src0, at its type's size) over the nodes' time,
+        // on up to 16 decode calls spread over the run. Near the machine's triad roof, decode
+        // is memory-bound (weight_stream_roof_pct, where the results have a machine.json).
+        TraceGraphs trace(path);
+        std::vector<int> decode;
+        for (const auto& c : trace.calls())
+            if (c.phase == "decode") decode.push_back(c.index);
+        double bytes = 0, ns = 0;
+        const size_t step = std::max<size_t>(1, decode.size() / 16);
+        for (size_t i = 0; i < decode.size(); i += step)
+            for (const auto& n : trace.nodes(decode[i])) {
+                if (n.op != "MUL_MAT" || n.base == "kq" || n.base == "kqv" || n.srcs.empty() || n.srcs[0].type < 0) continue;
+                const auto& ne = n.srcs[0].ne;
+                bytes += double(ggml_bytes(uint32_t(n.srcs[0].type), uint64_t(ne[0] * ne[1] * ne[2] * ne[3])));
+                ns += double(n.end_ns - n.start_ns);
+            }
+        m["weight_stream_gbs"] = ns > 0 ? nlohmann::json(bytes / ns) : nlohmann::json(nullptr);
+    }
+    {
         // Paper Fig. 3/4 within self-attention (flash attention off): the heavier of the KQ and
         // KQV MatMuls against the heaviest weight MatMul of the block (Q, K, V, output
         // projection), decode time summed over the layers; > 1: KQ or KQV is the heaviest node.
@@ -211,7 +232,8 @@ const std::vector<MetricInfo> kMetrics = {
     {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"},
     {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"},
     {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
-    {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"}};
+    {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"},
+    {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"}};
 
 const std::string& unit_of(const std::string& metric) {
     static const std::string none;
@@ -246,6 +268,29 @@ struct Recorded {
 };
 
 // The runs done of the sweep's points, from the index, point by point in the sweep's order.
+// results/<board>/machine.json beside the study (the study's folder is results/<board>/NAME,
+// or results/<board>/quick/NAME); null when there is none.
+nlohmann::json machine_json(const fs::path& out_dir) {
+    for (const fs::path& f : {out_dir.parent_path() / "machine.json", out_dir.parent_path().parent_path() / "machine.json"}) {
+        std::ifstream in(f);
+        if (!in) continue;
+        const auto j = nlohmann::json::parse(in, nullptr, false);
+        if (!j.is_discarded()) return j;
+    }
+    return nullptr;
+}
+
+// The machine's triad bandwidth at THREADS (the roof of the largest thread count measured up
+// to THREADS), 0 without a machine.json.
+double triad_gbs(const nlohmann::json& machine, int threads) {
+    double best = 0;
+    int best_threads = 0;
+    if (machine.is_object())
+        for (const auto& r : machine.value("roofs", nlohmann::json::array()))
+            if (int t = r.value("threads", 0); t <= threads && t > best_threads) best_threads = t, best = r.value("triad_gbs", 0.0);
+    return best;
+}
+
 // What the index says of the study as a whole.
 struct StudyFacts {
     std::string board = "host";
@@ -257,6 +302,7 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
     if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
     std::vector<Recorded> points;
     std::map<std::string, size_t> at;
+    const nlohmann::json machine = machine_json(out_dir);
     for (const auto& p : spec.points(quick)) {
         at[p.id()] = points.size();
         points.push_back({p.id(), p.params, {}, {}});  // parameters as the sweep has them now
@@ -288,6 +334,11 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
                 m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(db));
                 m["traced_calls_pct"] = number_or_null(traced_calls_pct(db));
             }
+            if (m.contains("weight_stream_gbs") && m["weight_stream_gbs"].is_number()) {
+                const double roof = triad_gbs(machine, std::stoi(r.params.at("threads")));
+                m["weight_stream_roof_pct"] = roof > 0 ? nlohmann::json(100 * m["weight_stream_gbs"].get<double>() / roof)
+                                                       : nlohmann::json(nullptr);
+            }
             r.metrics.push_back(std::move(m));
         }
     } catch (...) {
@@ -303,16 +354,8 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
 
 // The machine the results are for, for captions: results/<board>/machine.json's CPU.
 std::string machine_of(const fs::path& out_dir, const std::string& board) {
-    for (const fs::path& f : {out_dir.parent_path() / "machine.json", out_dir.parent_path().parent_path() / "machine.json"}) {
-        try {
-            std::ifstream in(f);
-            if (!in) continue;
-            const auto j = nlohmann::json::parse(in);
-            return j.value("cpu", std::string("?")) + " (" + board + ")";
-        } catch (const nlohmann::json::exception&) {
-        }
-    }
-    return board;
+    const auto j = machine_json(out_dir);
+    return j.is_object() ? j.value("cpu", std::string("?")) + " (" + board + ")" : board;
 }
 
 // The parameters naming a point's group for a comparison: those the selectors do not fix
@@ -448,6 +491,13 @@ void write_fidelity(const std::vector<Recorded>& points, const fs::path& out_dir
 }
 
 }  // namespace
+
+std::vector<PointSamples> study_samples(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
+    StudyFacts facts;
+    std::vector<PointSamples> out;
+    for (const auto& r : read_runs(spec, out_dir, quick, facts)) out.push_back(r.samples());
+    return out;
+}
 
 Testbed Testbed::here() {
     Testbed t;

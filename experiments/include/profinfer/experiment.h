@@ -94,6 +94,7 @@ struct RunOptions {
     std::string board = "host";
     bool quick = false, dry_run = false;
     int rounds = 0;                   // interleaved rounds; 0: the spec's (rounds_for(quick))
+    std::filesystem::path model;      // every point's model file; empty: the card's, synthesised in the cache
     // From the board's profile (boards/profiles): the CPUs the inference threads are pinned
     // to (taskset; empty: not pinned), and the counters --level full records.
     std::vector<int> pin_cpus;
@@ -175,6 +176,10 @@ struct PointSamples {
     std::map<std::string, std::string> params;
     std::map<std::string, ByRound> metrics;  // metric → round → value
 };
+
+// The samples of every point of the sweep recorded so far in OUT_DIR (its index and runs):
+// what the tables, figures and verdicts are computed from.
+std::vector<PointSamples> study_samples(const ExperimentSpec& spec, const std::filesystem::path& out_dir, bool quick);
 
 // What a claim may need of the machine.
 struct Testbed {
