@@ -38,9 +38,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
         action = [spec, board, out, quick, dry, rounds] {
             const auto s = ExperimentSpec::load(*spec);
             RunOptions opt;
-            char self[4096] = {};
-            if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) throw Error("cannot find the profinfer binary");
-            opt.profinfer = self;
+            opt.profinfer = self_executable();
             opt.board = *board;
             opt.quick = *quick;
             opt.dry_run = *dry;

@@ -204,9 +204,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 spec.x = "ngl";
                 spec.metrics = {"bench_tg_tps", "bench_pp_tps"};
                 RunOptions opt;
-                char self[4096] = {};
-                if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) throw Error("cannot find the profinfer binary");
-                opt.profinfer = self;
+                opt.profinfer = self_executable();
                 opt.rounds = *reps;
                 opt.model = *compare;
                 const std::filesystem::path dir =

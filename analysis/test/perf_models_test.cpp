@@ -137,16 +137,24 @@ TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
     EXPECT_NE(missing.err.find("matmuls.csv"), std::string::npos) << missing.err;
 }
 
-// plan: per weight the faster backend by the models, as llama.cpp's -ot patterns; a tied
-// output head stays on the CPU whatever the models say.
-TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
-    TempDir d;
-    // CPU: 5 µs + 0.05 ns·MNKH; Vulkan: 300 µs + 0.01 ns·MNKH — faster above 7.4 M·K.
+namespace {
+// Models of two backends for plan: CPU 5 µs + 0.05 ns·MNKH; Vulkan 300 µs + 0.01 ns·MNKH —
+// Vulkan faster above 7.4 M·K.
+nlohmann::json cpu_and_vulkan_models() {
     nlohmann::json j{{"schema", "profinfer.models"}, {"version", 1}};
     j["matmul"] = {{{"backend", "cpu"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
                     {"linear", {{"intercept_us", 5.0}, {"us_per_mnkh", 0.05e-3}}}},
                    {{"backend", "vulkan"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
                     {"linear", {{"intercept_us", 300.0}, {"us_per_mnkh", 0.01e-3}}}}};
+    return j;
+}
+}  // namespace
+
+// plan: per weight the faster backend by the models, as llama.cpp's -ot patterns; a tied
+// output head stays on the CPU whatever the models say.
+TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
+    TempDir d;
+    nlohmann::json j = cpu_and_vulkan_models();
     std::ofstream(d / "models.json") << j.dump();
     auto r = run({profinfer_bin(), "plan", d / "models.json", "--card", "llama3.2-1b", "-o", d.path()});
     ASSERT_EQ(r.status, 0) << r.err;
@@ -183,11 +191,7 @@ TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
 TEST(PerfModels, PlanCompareRunsInInterleavedRounds) {
     (void)LlamaInstall::locate("vulkan", true);  // unpacked and set up once
     TempDir d;
-    nlohmann::json j{{"schema", "profinfer.models"}, {"version", 1}};
-    j["matmul"] = {{{"backend", "cpu"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
-                    {"linear", {{"intercept_us", 5.0}, {"us_per_mnkh", 0.05e-3}}}},
-                   {{"backend", "vulkan"}, {"type", "q4_0"}, {"threads", 2}, {"batch", "n=1"}, {"use", "linear"},
-                    {"linear", {{"intercept_us", 300.0}, {"us_per_mnkh", 0.01e-3}}}}};
+    nlohmann::json j = cpu_and_vulkan_models();
     std::ofstream(d / "models.json") << j.dump();
     auto r = run({profinfer_bin(), "plan", d / "models.json", "--card", "llama3.2-1b", "--compare",
                   tiny_model("llama3.2-1b", "q4_0"), "--reps", "2", "-o", d.path()});

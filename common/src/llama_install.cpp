@@ -13,21 +13,6 @@ namespace fs = std::filesystem;
 
 namespace profinfer {
 
-namespace {
-
-// The script prints the manifest's path on its last line.
-std::string run_and_read_line(const std::vector<std::string>& argv) {
-    ProcessResult r = run_process(argv);
-    std::string out = r.out;
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
-    if (r.status != 0 || out.empty())
-        throw Error("'" + argv[0] + " " + argv[1] + " " + argv[2] + "' failed (exit status " + std::to_string(r.status) + ")" +
-                    (r.err.empty() ? "" : ": " + r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1)));
-    return out;
-}
-
-}  // namespace
 
 fs::path LlamaInstall::program(const std::string& name) const {
     if (bin_dir.empty())
@@ -60,7 +45,7 @@ LlamaInstall LlamaInstall::from_manifest(const fs::path& manifest) {
 }
 
 LlamaInstall LlamaInstall::locate(const std::string& flavour, bool build) {
-    return from_manifest(run_and_read_line({PROFINFER_LLAMA_SCRIPT, build ? "ensure" : "manifest", flavour}));
+    return from_manifest(last_output_line({PROFINFER_LLAMA_SCRIPT, build ? "ensure" : "manifest", flavour}));
 }
 
 }  // namespace profinfer

@@ -115,6 +115,22 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::strin
     return r;
 }
 
+std::string last_output_line(const std::vector<std::string>& argv) {
+    ProcessResult r = run_process(argv);
+    std::string out = r.out;
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
+    if (r.status != 0 || out.empty()) {
+        std::string cmd;
+        for (size_t i = 0; i < argv.size() && i < 3; ++i) cmd += (i ? " " : "") + argv[i];
+        std::string err = r.err;
+        while (!err.empty() && err.back() == '\n') err.pop_back();
+        if (auto nl = err.rfind('\n'); nl != std::string::npos) err = err.substr(nl + 1);
+        throw Error("'" + cmd + "' failed (exit status " + std::to_string(r.status) + ")" + (err.empty() ? "" : ": " + err));
+    }
+    return out;
+}
+
 PipedProcess::PipedProcess(const std::vector<std::string>& argv) : program_(argv.empty() ? "" : argv[0]) {
     Pipe in;
     const int fds[3] = {in.fd[0], -1, -1};

@@ -261,6 +261,12 @@ void reap_orphan(const fs::path& db, const std::string& key) {
 
 }  // namespace
 
+fs::path self_executable() {
+    char self[4096] = {};
+    if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) throw Error("cannot find the profinfer binary");
+    return self;
+}
+
 std::string missing_for(const SweepPoint& p, bool install) {
     if (int cpu = hog_cpu(p); cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
         return "a hog on CPU " + std::to_string(cpu) + ", but this machine has " +

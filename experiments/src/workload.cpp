@@ -26,17 +26,6 @@ namespace {
 // 8 calls; against windows with the probes out, 32 (a switch and its aftermath take ~25).
 constexpr int kPairedWindow = 8, kDetachWindow = 32;
 
-// The last line a script prints.
-std::string script_line(const std::vector<std::string>& argv) {
-    auto r = run_process(argv);
-    std::string out = r.out;
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    if (auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
-    if (r.status != 0 || out.empty())
-        throw Error(argv[0] + " " + argv[1] + " failed (exit status " + std::to_string(r.status) + "): " + r.err);
-    return out;
-}
-
 // The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
 // or prints hits of the same functions (paper Table 5's bpftrace comparison).
 std::string bpftrace_script(const SweepPoint& p, bool stream) {
@@ -132,8 +121,8 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
             throw Error("program ort runs under tracer none or ort-profile, not " + tracer);
         const std::string scripts = std::string(PROFINFER_SOURCE_DIR) + "/scripts/ort.sh";
         const std::string onnx =
-            script_line({scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"});
-        w.env.push_back({"NODE_PATH", script_line({scripts, "node-path"})});
+            last_output_line({scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"});
+        w.env.push_back({"NODE_PATH", last_output_line({scripts, "node-path"})});
         w.program = {"node", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/ort_peer.js", onnx, "--threads",
                      p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
         if (tracer == "ort-profile") w.program.push_back("--profile");

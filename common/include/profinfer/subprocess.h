@@ -19,6 +19,11 @@ struct ProcessResult {
 // its output. Throws profinfer::Error if it cannot be started.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& input = {});
 
+// The last line ARGV prints on its standard output (what a helper script answers, e.g. a
+// path); throws profinfer::Error naming the command and its last error line when it fails
+// or prints nothing.
+std::string last_output_line(const std::vector<std::string>& argv);
+
 // A child whose standard input is a stream we write to (gnuplot reading a script);
 // its output goes to /dev/null. wait() closes the stream (if still ours) and returns
 // the exit status.

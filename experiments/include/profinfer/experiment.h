@@ -102,6 +102,9 @@ struct RunOptions {
 };
 
 // Counts of (point, round) runs.
+// This process's own binary (/proc/self/exe): the profinfer the runner records with.
+std::filesystem::path self_executable();
+
 struct RunReport {
     int points = 0, rounds = 0, done = 0, already_done = 0, skipped = 0, failed = 0;
 };
