@@ -814,7 +814,11 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         const bool log_y = lo_all > 0 && hi_all / lo_all >= 30;  // values spanning decades
         const std::string unit = unit_of(metric);
         auto f = plot.draw(spec.name + "-" + metric, spec.title + ": " + metric, [&](Gnuplot& gp) {
-            gp << "set xlabel " << gnuplot_quote(spec.x) << "\nset ylabel "
+            static const std::map<std::string, std::string> kParamUnit = {
+                {"ctx", "tokens in the KV cache"}, {"prompt", "tokens"}, {"gen", "tokens"}, {"threads", "threads"},
+                {"ngl", "layers on the GPU backend"}};
+            const auto xu = kParamUnit.find(spec.x);
+            gp << "set xlabel " << gnuplot_quote(spec.x + (xu == kParamUnit.end() ? "" : " (" + xu->second + ")")) << "\nset ylabel "
                << gnuplot_quote(metric + (unit.empty() ? "" : " (" + unit + ")")) << "\n";
             gp << "set bmargin 6\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.03 left font ',8'\n";
             gp << (log_y ? "set logscale y\n" : "set yrange [0:*]\n");
