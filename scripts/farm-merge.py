@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Merges what `make farm` brought back: FARM/<board>/<study>/index.db (one experiment
 index per board and study) into FARM/farm.db with SQLite ATTACH — tables experiment(board,
-study, key, value) and points(board, study, <the index's columns>) — and, per study, a
+study, key, value) and runs(board, study, <the index's columns>: a row per point and round) — and, per study, a
 table of every point's metrics with one column per board (FARM/compare/<study>.csv, .md)
 and a figure of decode speed per point and board (FARM/compare/<study>-decode_tps.png/.svg,
 gnuplot). Usage: farm-merge.py FARM"""
@@ -29,17 +29,19 @@ def merge_indexes(farm, pairs):
     con = sqlite3.connect(out)
     for board, study in pairs:
         con.execute("ATTACH DATABASE ? AS s", (f"file:{os.path.join(farm, board, study, 'index.db')}?mode=ro",))
-        cols = [r[1] for r in con.execute("PRAGMA s.table_info(points)")]
-        if not con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'points'").fetchone()[0]:
+        cols = [r[1] for r in con.execute("PRAGMA s.table_info(runs)")]
+        if not cols:
+            sys.exit(f"farm-merge: {board}/{study}/index.db has no runs table (an index from before interleaved rounds)")
+        if not con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'runs'").fetchone()[0]:
             con.execute("CREATE TABLE experiment (board TEXT, study TEXT, key TEXT, value TEXT)")
-            con.execute(f"CREATE TABLE points (board TEXT, study TEXT, {', '.join(cols)})")
+            con.execute(f"CREATE TABLE runs (board TEXT, study TEXT, {', '.join(cols)})")
         con.execute("INSERT INTO experiment SELECT ?, ?, key, value FROM s.experiment", (board, study))
-        con.execute(f"INSERT INTO points SELECT ?, ?, {', '.join(cols)} FROM s.points", (board, study))
+        con.execute(f"INSERT INTO runs SELECT ?, ?, {', '.join(cols)} FROM s.runs", (board, study))
         con.commit()
         con.execute("DETACH DATABASE s")
-    n = con.execute("SELECT count(*), count(DISTINCT board) FROM points").fetchone() if pairs else (0, 0)
+    n = con.execute("SELECT count(*), count(DISTINCT board) FROM runs").fetchone() if pairs else (0, 0)
     con.close()
-    print(f"farm-merge: {out}: {n[0]} points of {n[1]} boards", file=sys.stderr)
+    print(f"farm-merge: {out}: {n[0]} runs of {n[1]} boards", file=sys.stderr)
 
 
 def compare(farm, study, boards):
@@ -55,8 +57,9 @@ def compare(farm, study, boards):
     cols = list(header[0].keys()) if header else []
     if "decode_tps" not in cols:
         return
-    params = cols[: cols.index("decode_tps")]
-    metrics = [c for c in cols[len(params):]]
+    # table.csv: the parameters that vary, n, the spread, then each metric's median, _lo, _hi.
+    params = cols[: cols.index("n")] if "n" in cols else cols[: cols.index("decode_tps")]
+    metrics = [c for c in cols[len(params):] if not c.endswith(("_lo", "_hi"))]
     keys = []
     for rows in tables.values():
         for r in rows:

@@ -34,7 +34,7 @@ std::vector<Row> merged_points(const fs::path& db) {
     std::vector<Row> rows;
     if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return rows;
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(h, "SELECT board, status, started_at, ended_at FROM points WHERE study = 'smoke'", -1, &st,
+    if (sqlite3_prepare_v2(h, "SELECT board, status, started_at, ended_at FROM runs WHERE study = 'smoke'", -1, &st,
                            nullptr) == SQLITE_OK)
         while (sqlite3_step(st) == SQLITE_ROW)
             rows.push_back({reinterpret_cast<const char*>(sqlite3_column_text(st, 0)),
@@ -65,7 +65,7 @@ TEST(Farm, TwoLocalBoardsRunAtOnceAndMerge) {
             << "trace DBs were brought back";
     }
     auto rows = merged_points(results / "farm.db");
-    ASSERT_EQ(rows.size(), 4u) << "2 boards x 2 points in farm.db";
+    ASSERT_EQ(rows.size(), 8u) << "2 boards x 2 points x 2 quick rounds in farm.db";
     double a_start = 1e300, a_end = 0, b_start = 1e300, b_end = 0;
     for (const auto& p : rows) {
         EXPECT_EQ(p.status, "done") << p.board;
