@@ -220,11 +220,6 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                         if (p.params.at("ngl") == ngl && p.params.at("ot") == ot_value) return p;
                     throw Error("plan --compare: no runs of ngl " + ngl + ", ot " + ot_value + " in " + dir.string());
                 };
-                static const ByRound kNone;
-                auto of = [](const PointSamples& p, const std::string& m) -> const ByRound& {
-                    auto it = p.metrics.find(m);
-                    return it == p.metrics.end() ? kNone : it->second;
-                };
                 auto values = [](const ByRound& b) {
                     std::vector<double> v;
                     for (const auto& [r, x] : b) v.push_back(x);
@@ -243,8 +238,8 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                    << " interleaved rounds (" << dir.string() << "): median [95 % bootstrap interval] over rounds:\n\n"
                    << "| config | decode tok/s | prefill tok/s | arguments |\n|---|---|---|---|\n";
                 for (const auto& cfg : configs) {
-                    const Interval tg = median_interval(values(of(*cfg.p, "bench_tg_tps")));
-                    const Interval pp = median_interval(values(of(*cfg.p, "bench_pp_tps")));
+                    const Interval tg = median_interval(values(cfg.p->of("bench_tg_tps")));
+                    const Interval pp = median_interval(values(cfg.p->of("bench_pp_tps")));
                     t.rows.push_back({cfg.name, tg.median, tg.has_interval() ? nlohmann::json(tg.lo) : nlohmann::json(nullptr),
                                       tg.has_interval() ? nlohmann::json(tg.hi) : nlohmann::json(nullptr), pp.median,
                                       pp.has_interval() ? nlohmann::json(pp.lo) : nlohmann::json(nullptr),
@@ -255,10 +250,10 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                                                   {"arguments", cfg.args}};
                 }
                 // The faster single backend (by median decode speed), and the plan against it.
-                const auto& cpu_tg = of(*configs[1].p, "bench_tg_tps");
-                const auto& vk_tg = of(*configs[2].p, "bench_tg_tps");
+                const auto& cpu_tg = configs[1].p->of("bench_tg_tps");
+                const auto& vk_tg = configs[2].p->of("bench_tg_tps");
                 const bool cpu_best = median_of(values(cpu_tg)) >= median_of(values(vk_tg));
-                const Interval r = ratio_interval(of(*configs[0].p, "bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
+                const Interval r = ratio_interval(configs[0].p->of("bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
                 const Verdict v = judge(r, 1.0, true);
                 const std::string said = v == Verdict::Reproduced      ? "faster than"
                                          : v == Verdict::WithinNoise   ? "as fast as (within noise)"

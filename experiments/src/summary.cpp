@@ -378,19 +378,9 @@ std::string group_name(const std::map<std::string, std::string>& params, const s
 // multiple of the bpftrace floor's.
 void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSamples>& points, const fs::path& out_dir,
                        std::vector<fs::path>& written) {
-    auto matches = [](const PointSamples& p, const std::map<std::string, std::string>& sel) {
-        for (const auto& [k, v] : sel)
-            if (p.params.at(k) != v) return false;
-        return true;
-    };
-    static const ByRound kNone;
-    auto of = [](const PointSamples& p, const std::string& m) -> const ByRound& {
-        auto it = p.metrics.find(m);
-        return it == p.metrics.end() ? kNone : it->second;
-    };
     std::map<std::string, const PointSamples*> base;
     for (const auto& p : points)
-        if (matches(p, spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
+        if (p.matches(spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
     Table t;
     t.columns = {"point", "group", "n", "decode_slowdown_pct", "decode_slowdown_lo", "decode_slowdown_hi",
                  "prefill_slowdown_pct", "prefill_slowdown_lo", "prefill_slowdown_hi", "cpu_pct", "cpu_lo", "cpu_hi",
@@ -410,7 +400,7 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
     std::vector<Row> rows;
     double floor = NAN;
     for (const auto& p : points) {
-        if (matches(p, spec.baseline)) continue;
+        if (p.matches(spec.baseline)) continue;
         const std::string g = group_name(p.params, points, spec.baseline, {});
         auto b = base.find(g);
         if (b == base.end()) continue;  // no baseline in its group (e.g. runs measured against themselves)
@@ -422,10 +412,10 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
             o.median = 100 * (1 - r.median), o.lo = 100 * (1 - r.hi), o.hi = 100 * (1 - r.lo);
             return o;
         };
-        Interval c = ratio_interval(of(p, "cpu_s"), of(*b->second, "cpu_s"));
+        Interval c = ratio_interval(p.of("cpu_s"), b->second->of("cpu_s"));
         c.median = 100 * (c.median - 1), c.lo = 100 * (c.lo - 1), c.hi = 100 * (c.hi - 1);
-        rows.push_back({name, g, slowdown(ratio_interval(of(p, "bench_tg_tps"), of(*b->second, "bench_tg_tps"))),
-                        slowdown(ratio_interval(of(p, "bench_pp_tps"), of(*b->second, "bench_pp_tps"))), c});
+        rows.push_back({name, g, slowdown(ratio_interval(p.of("bench_tg_tps"), b->second->of("bench_tg_tps"))),
+                        slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c});
         if (p.params.at("tracer") == "bpftrace") floor = rows.back().d.median;
     }
     for (const auto& r : rows) {
@@ -529,38 +519,18 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             continue;
         }
         // Each side's points, grouped by the parameters neither side fixes.
-        auto matches = [](const PointSamples& p, const std::map<std::string, std::string>& sel) {
-            for (const auto& [k, v] : sel)
-                if (p.params.at(k) != v) return false;
-            return true;
-        };
-        auto group_of = [&](const PointSamples& p) {
-            std::string g;
-            for (const auto& [k, v] : p.params)
-                if (!c.a.count(k) && !c.b.count(k)) {
-                    bool varies = false;  // only what differs between the study's points names a group
-                    for (const auto& q : points) varies |= q.params.at(k) != v;
-                    if (varies) g += (g.empty() ? "" : ", ") + k + "=" + v;
-                }
-            return g;
-        };
         std::map<std::string, const PointSamples*> as, bs;
         for (const auto& p : points) {
-            if (matches(p, c.a)) as[group_of(p)] = &p;
-            if (!c.value && matches(p, c.b)) bs[group_of(p)] = &p;
+            if (p.matches(c.a)) as[group_name(p.params, points, c.a, c.b)] = &p;
+            if (!c.value && p.matches(c.b)) bs[group_name(p.params, points, c.a, c.b)] = &p;
         }
         if (as.empty()) {
             out.push_back({&c, "", Interval{}, Verdict::NotTestable, "no recorded point matches a"});
             continue;
         }
-        static const ByRound kNone;
-        auto samples = [&](const PointSamples* p, const std::string& metric) -> const ByRound& {
-            auto it = p->metrics.find(metric);
-            return it == p->metrics.end() ? kNone : it->second;
-        };
         for (const auto& [group, a] : as) {
             ClaimResult r{&c, group, Interval{}, Verdict::NotTestable, ""};
-            const ByRound& av = samples(a, c.metric);
+            const ByRound& av = a->of(c.metric);
             if (c.value) {
                 std::vector<double> v;
                 for (const auto& [round, x] : av) v.push_back(x);
@@ -569,7 +539,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             } else if (auto b = bs.find(group); b == bs.end()) {
                 r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
             } else {
-                r.estimate = ratio_interval(av, samples(b->second, c.metric_b.empty() ? c.metric : c.metric_b));
+                r.estimate = ratio_interval(av, b->second->of(c.metric_b.empty() ? c.metric : c.metric_b));
                 r.verdict = judge(r.estimate, c.factor, c.expect_greater);
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())

@@ -178,6 +178,18 @@ struct StudyPoint {
 struct PointSamples {
     std::map<std::string, std::string> params;
     std::map<std::string, ByRound> metrics;  // metric → round → value
+    // METRIC's values by round (none when the point never measured it).
+    const ByRound& of(const std::string& metric) const {
+        static const ByRound kNone;
+        auto it = metrics.find(metric);
+        return it == metrics.end() ? kNone : it->second;
+    }
+    // Whether every parameter of SELECTOR has its value here.
+    bool matches(const std::map<std::string, std::string>& selector) const {
+        for (const auto& [k, v] : selector)
+            if (params.at(k) != v) return false;
+        return true;
+    }
 };
 
 // The samples of every point of the sweep recorded so far in OUT_DIR (its index and runs):
