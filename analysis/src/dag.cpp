@@ -149,8 +149,8 @@ std::string Dag::to_dot(Colour colour) const {
     for (const auto& n : nodes) {
         char t[64];
         std::snprintf(t, sizeof t, "%.3f ms", n.time_ms());
-        char bw[64];
-        std::snprintf(bw, sizeof bw, "%.2f GB/s", bandwidth_gbs(n));
+        char bw[64];  // "≤": the bytes are an upper bound (Traffic::estimate)
+        std::snprintf(bw, sizeof bw, "%s%.2f GB/s", n.traffic().estimate ? "≤ " : "", bandwidth_gbs(n));
         o << "  n" << n.index << " [label=\"" << dot_escape(n.op) << " " << n.index << "\\n" << dot_escape(n.name) << "\\n"
           << shape(n.ne) << "\\n"
           << (n.threads.empty() ? std::string("fused with ") + std::to_string(n.fused_with) : std::string(t) + ", " + bw)
@@ -180,6 +180,7 @@ nlohmann::json Dag::to_json() const {
                               {"layer", n.layer},
                               {"time_ms", n.time_ms()},
                               {"bytes", n.bytes()},
+                              {"bytes_are", n.traffic().estimate ? "upper bound" : "moved"},
                               {"bandwidth_gbs", bandwidth_gbs(n)},
                               {"threads", n.threads.size()},
                               {"fused_with", n.fused_with},

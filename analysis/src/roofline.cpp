@@ -66,6 +66,7 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         double time_s = 0, flops = 0, bytes = 0;
         double counted_bytes = 0;  // from DRAM counters, when the run has them
         bool counted = true;
+        bool bytes_estimated = false;  // some node's bytes an upper bound (Traffic::estimate)
     };
     std::map<std::pair<std::string, std::string>, Acc> by;
     for (const auto& call : trace.calls()) {
@@ -77,7 +78,9 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
             a.threads = std::max(a.threads, n.threads.front().nth);
             a.time_s += n.time_ms() / 1e3;
             a.flops += node_flops(n);
-            a.bytes += double(n.bytes());
+            const Traffic tr = n.traffic();
+            a.bytes += double(tr.bytes);
+            a.bytes_estimated |= tr.estimate;
             for (auto [slot, per_event] : dram_counters) {
                 auto v = n.counter(slot);
                 v ? void(a.counted_bytes += *v * per_event) : void(a.counted = false);
@@ -86,8 +89,9 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
     }
     if (by.empty()) throw Error("no decode-call operator records: record with --level op or full");
     // counter_gbs: DRAM traffic measured by hardware counters (null without them).
-    // flops, bytes: per node (mean over its calls), from shapes and types (node_flops, Node::bytes).
-    Table t{{"name", "op", "count", "mean_us", "flops", "bytes", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_kind", "roof_gflops", "roof_pct",
+    // flops, bytes: per node (mean over its calls), from shapes and types (node_flops,
+    // Node::traffic); bytes_are: "moved" (what the op reads and writes) or "upper bound".
+    Table t{{"name", "op", "count", "mean_us", "flops", "bytes", "bytes_are", "flops_per_byte", "gflops", "gbs", "counter_gbs", "roof_kind", "roof_gflops", "roof_pct",
              "verdict"},
             {}};
     std::vector<Acc> rows;
@@ -108,7 +112,8 @@ Table roofline_table(const std::filesystem::path& db, const MachineBench& machin
         const nlohmann::json counter_gbs = !dram_counters.empty() && a.counted && a.time_s > 0
                                                ? nlohmann::json(a.counted_bytes / a.time_s / 1e9)
                                                : nlohmann::json(nullptr);
-        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, a.flops / a.count, a.bytes / a.count, intensity, gflops, gbs, counter_gbs, a.kind, roof_gflops,
+        t.rows.push_back({a.name, a.op, a.count, a.time_s / a.count * 1e6, a.flops / a.count, a.bytes / a.count,
+                          a.bytes_estimated ? "upper bound" : "moved", intensity, gflops, gbs, counter_gbs, a.kind, roof_gflops,
                           100.0 * share, verdict});
     }
     return t;

@@ -8,13 +8,40 @@
 
 namespace profinfer {
 
-uint64_t Node::bytes() const {
+Traffic Node::traffic() const {
     auto elems = [](const std::array<int64_t, 4>& ne) { return uint64_t(ne[0] * ne[1] * ne[2] * ne[3]); };
-    uint64_t b = ggml_bytes(type, elems(ne));
-    for (const auto& s : srcs)
-        if (s.type >= 0) b += ggml_bytes(s.type, elems(s.ne));
-    return b;
+    auto src = [&](size_t i) -> const SourceRef* { return i < srcs.size() && srcs[i].type >= 0 ? &srcs[i] : nullptr; };
+    auto whole = [&](const SourceRef* s) { return s ? ggml_bytes(s->type, elems(s->ne)) : 0; };
+    const uint64_t dst = ggml_bytes(type, elems(ne));
+    // Ops that only describe a tensor (ggml computes nothing for them) move nothing.
+    if (op == "NONE" || op == "VIEW" || op == "RESHAPE" || op == "PERMUTE" || op == "TRANSPOSE") return {0, false};
+    // GET_ROWS reads the rows it gathers (as many as it writes), not the whole table.
+    if (op == "GET_ROWS") {
+        const SourceRef* table = src(0);
+        return {(table ? ggml_bytes(table->type, elems(ne)) : 0) + whole(src(1)) + dst, table == nullptr};
+    }
+    // SET_ROWS writes its source's rows into the destination (a KV cache): those rows, not the cache.
+    if (op == "SET_ROWS") {
+        const SourceRef* rows = src(0);
+        return {whole(rows) + whole(src(1)) + (rows ? ggml_bytes(type, elems(rows->ne)) : 0), rows == nullptr};
+    }
+    // MUL_MAT_ID reads the experts its tokens use: dst [M, used, tokens] from src0 [K, M, experts].
+    // One token: exactly `used` experts; more: at most min(experts, used × tokens) — an upper
+    // bound, the ids being per token.
+    if (op == "MUL_MAT_ID") {
+        const SourceRef* w = src(0);
+        if (!w) return {whole(src(1)) + dst, true};
+        const uint64_t used = uint64_t(ne[1]), tokens = uint64_t(ne[2] * ne[3]);
+        const uint64_t experts = std::min<uint64_t>(uint64_t(w->ne[2]), used * tokens);
+        return {ggml_bytes(w->type, uint64_t(w->ne[0] * w->ne[1]) * experts) + whole(src(1)) + whole(src(2)) + dst,
+                tokens > 1};
+    }
+    uint64_t b = dst;
+    for (size_t i = 0; i < srcs.size(); ++i) b += whole(src(i));
+    return {b, false};
 }
+
+uint64_t Node::bytes() const { return traffic().bytes; }
 
 std::optional<int64_t> Node::counter(int slot) const {
     if (threads.empty()) return std::nullopt;

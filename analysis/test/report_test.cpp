@@ -4,6 +4,7 @@
 #include <fstream>
 #include <regex>
 
+#include "profinfer/error.h"
 #include "profinfer/figures.h"
 #include "profinfer/machine_bench.h"
 #include "test_support.h"
@@ -27,7 +28,7 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
         EXPECT_GT(fs::file_size(f.png), 2000u) << f.id;
         EXPECT_GT(fs::file_size(f.svg), 2000u) << f.id;
     }
-    EXPECT_EQ(ids, (std::set<std::string>{"op_types", "tokens", "threads", "roofline", "experts"}));
+    EXPECT_EQ(ids, (std::set<std::string>{"timeline", "op_types", "tokens", "threads", "roofline", "experts"}));
 
     auto r = run({profinfer_bin(), "report", d / "moe.db", "--machine", d / "machine.json", "-o", d / "report.html"});
     ASSERT_EQ(r.status, 0) << r.err;
@@ -38,7 +39,7 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
         for (size_t p = html.find(needle); p != std::string::npos; p = html.find(needle, p + 1)) ++n;
         return n;
     };
-    EXPECT_EQ(count("data:image/png;base64,"), 5u);
+    EXPECT_EQ(count("data:image/png;base64,"), 6u);
     EXPECT_EQ(count("<svg"), 1u);  // the DAG of one block
     EXPECT_GE(count("memory-bound") + count("compute-bound") + count("overhead-dominated"), 3u);
     EXPECT_EQ(count("src=\"http"), 0u);  // nothing fetched from the network
@@ -48,4 +49,23 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
     r = run({profinfer_bin(), "report", d.path(), "-o", d / "all.html", "--machine", d / "none.json"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_GT(fs::file_size(d / "all.html"), 10000u);
+}
+
+// Paper Fig. 5: one decode step, a row per thread with its operators and its barrier waits;
+// the legend names only the classes the step has.
+TEST(Report, TimelineOfOneDecodeStep) {
+    TempDir d;
+    const Figure f = draw_timeline(golden_trace("llama3.2-1b-full"), d.path(), "step", -1, "test caption");
+    const std::string svg = read_file(f.svg);
+    for (const char* s : {"weight MatMul", "attention (KQ, KQV, flash)", "other operators", "barrier wait", "test caption",
+                          "thread (ith)", "time since the call began (ms)"})
+        EXPECT_NE(svg.find(s), std::string::npos) << s;
+    EXPECT_GT(fs::file_size(f.png), 5000u);
+    // A call out of range is an error naming it.
+    try {
+        draw_timeline(golden_trace("llama3.2-1b-full"), d.path(), "none", 100000);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("100000"), std::string::npos) << e.what();
+    }
 }

@@ -1,9 +1,11 @@
 // Roofline verdicts from a real recording against machines with known roofs.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "profinfer/dag.h"
+#include "profinfer/ggml_types.h"
 #include "profinfer/roofline.h"
 #include "test_support.h"
 
@@ -39,6 +41,60 @@ TEST(Roofline, MatMulFlopsFromShapes) {
             ++checked;
         }
     EXPECT_GE(checked, 7);  // per layer: q, k, v, out, gate, up, down; plus the output head
+}
+
+// Bytes are what an operator moves, counted by hand from the shapes on every golden
+// architecture's decode step: GET_ROWS the rows it gathers (not the embedding table),
+// SET_ROWS the rows it writes (not the KV cache it writes into), MUL_MAT_ID the experts one
+// token uses (not all of them), views nothing; everything else its sources and destination.
+TEST(Roofline, BytesAreWhatTheOperatorMoves) {
+    auto row_bytes = [](int type, int64_t elems) { return double(ggml_bytes(uint32_t(type), uint64_t(elems))); };
+    auto all = [&](const SourceRef& s) { return row_bytes(s.type, s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3]); };
+    std::map<std::string, int> seen;
+    for (const char* arch : {"llama3.2-1b-full", "qwen2.5-1.5b-full", "gemma2-2b-full", "qwen1.5-moe-a2.7b-full"}) {
+        TraceGraphs trace(golden_trace(arch));
+        for (const auto& n : trace.nodes(trace.default_call())) {
+            const double dst = row_bytes(n.type, n.ne[0] * n.ne[1] * n.ne[2] * n.ne[3]);
+            const Traffic t = n.traffic();
+            if (n.op == "GET_ROWS") {
+                // dst [ne0, rows]: as many rows read from the table, plus the row ids.
+                EXPECT_EQ(double(t.bytes), row_bytes(n.srcs[0].type, n.ne[0] * n.ne[1] * n.ne[2]) + all(n.srcs[1]) + dst) << n.name;
+                if (n.name == "embd") EXPECT_LT(double(t.bytes), all(n.srcs[0])) << "the whole embedding table";
+            } else if (n.op == "SET_ROWS") {
+                EXPECT_EQ(double(t.bytes), all(n.srcs[0]) + all(n.srcs[1]) + row_bytes(n.type, n.srcs[0].ne[0] * n.srcs[0].ne[1]))
+                    << n.name;
+                EXPECT_LT(double(t.bytes), dst) << n.name << ": the KV cache it writes into";
+            } else if (n.op == "MUL_MAT_ID") {
+                ASSERT_EQ(n.ne[2], 1) << "a decode step has one token";
+                const auto& w = n.srcs[0];  // [K, M, experts]; dst [M, used, tokens]
+                EXPECT_EQ(double(t.bytes), row_bytes(w.type, w.ne[0] * w.ne[1] * n.ne[1]) + all(n.srcs[1]) + all(n.srcs[2]) + dst)
+                    << n.name;
+                EXPECT_LT(n.ne[1], w.ne[2]);
+            } else if (n.op == "VIEW" || n.op == "RESHAPE" || n.op == "PERMUTE" || n.op == "TRANSPOSE") {
+                EXPECT_EQ(t.bytes, 0u) << n.name;
+            } else {
+                double b = dst;
+                for (const auto& s : n.srcs) b += s.type >= 0 ? all(s) : 0;
+                EXPECT_EQ(double(t.bytes), b) << n.name;
+            }
+            EXPECT_FALSE(t.estimate) << n.op << " " << n.name << ": one token's bytes are known";
+            ++seen[n.op];
+        }
+    }
+    for (const char* op : {"GET_ROWS", "SET_ROWS", "MUL_MAT_ID", "MUL_MAT"}) EXPECT_GT(seen[op], 0) << op;
+    // A prompt of several tokens: which experts they share is not in the shapes, so
+    // MUL_MAT_ID's bytes are an upper bound, and say so (the last layer's see one token: llama.cpp
+    // computes only the last token's output there — exact again).
+    TraceGraphs moe(golden_trace("qwen1.5-moe-a2.7b-full"));
+    int prompt_ids = 0;
+    for (const auto& c : moe.calls())
+        if (c.n_tokens > 1)
+            for (const auto& n : moe.nodes(c.index))
+                if (n.op == "MUL_MAT_ID") {
+                    EXPECT_EQ(n.traffic().estimate, n.ne[2] * n.ne[3] > 1) << n.name;
+                    prompt_ids += n.ne[2] * n.ne[3] > 1;
+                }
+    EXPECT_GT(prompt_ids, 0);
 }
 
 TEST(Roofline, VerdictsFollowTheMachine) {

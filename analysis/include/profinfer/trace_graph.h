@@ -29,6 +29,15 @@ struct SourceRef {
     std::array<int64_t, 4> ne{};
 };
 
+// The bytes an operator reads and writes, from its shapes and types: what it moves (the rows
+// GET_ROWS gathers, the rows SET_ROWS writes, the experts MUL_MAT_ID uses), not the size of
+// the tensors it touches. estimate: an upper bound, not a count (MUL_MAT_ID over several
+// tokens: which experts they share is not in the shapes; a source's shape not recorded).
+struct Traffic {
+    uint64_t bytes = 0;
+    bool estimate = false;
+};
+
 struct Node {
     int index = 0;  // execution order within the call
     int64_t graph_seq = 0;
@@ -48,7 +57,8 @@ struct Node {
     int64_t start_ns = 0, end_ns = 0;
 
     double time_ms() const { return (end_ns - start_ns) / 1e6; }
-    uint64_t bytes() const;          // sources (with known shape) plus destination
+    Traffic traffic() const;         // bytes moved (see Traffic)
+    uint64_t bytes() const;          // traffic().bytes
     std::optional<int64_t> counter(int slot) const;  // summed over threads; empty if any is unknown
 };
 
