@@ -43,12 +43,14 @@ double max_rel_err_pct(const LinearFit& f, const Group& g) {
 
 }  // namespace
 
-std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                        const fs::path& out_dir) {
-    std::vector<fs::path> written;
+MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                const fs::path& out_dir) {
+    MatmulSummary out;
+    std::vector<fs::path>& written = out.files;
     Table all;
     all.columns = kRowParams;
     std::map<std::vector<std::string>, Group> groups;  // kRowParams values + batch class → shapes
+    std::map<std::vector<std::string>, std::map<int, Group>> by_round;  // the same, one group per round
     std::set<std::string> threads;
     for (const auto& p : points) {
         Table t = stats_table(p.db, "matmul");
@@ -71,9 +73,10 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
             const bool one = r[col("n")].get<int64_t>() == 1;
             key.push_back(one ? "n=1" : "n>1");
             if (!(one && r[col("phase")] == "prefill")) {
-                auto& g = groups[key];
-                g.mnkh.push_back(r[col("mnkh")].get<double>());
-                g.us.push_back(r[col("median_us")].get<double>());
+                for (Group* g : {&groups[key], &by_round[key][p.round]}) {
+                    g->mnkh.push_back(r[col("mnkh")].get<double>());
+                    g->us.push_back(r[col("median_us")].get<double>());
+                }
             }
             row.insert(row.end(), r.begin(), r.end());
             all.rows.push_back(std::move(row));
@@ -93,6 +96,32 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
         auto& p = pooled[pk];
         p.mnkh.insert(p.mnkh.end(), g.mnkh.begin(), g.mnkh.end());
         p.us.insert(p.us.end(), g.us.begin(), g.us.end());
+    }
+    for (const auto& [key, rounds] : std::map(by_round)) {
+        auto pk = key;
+        pk[0] = "all";
+        for (const auto& [round, g] : rounds) {
+            auto& p = by_round[pk][round];
+            p.mnkh.insert(p.mnkh.end(), g.mnkh.begin(), g.mnkh.end());
+            p.us.insert(p.us.end(), g.us.begin(), g.us.end());
+        }
+    }
+    // Each line fitted again on each round's shapes alone: the claims' samples.
+    for (const auto& [key, rounds] : by_round) {
+        PointSamples s;
+        for (size_t i = 0; i < kRowParams.size(); ++i) s.params[kRowParams[i]] = key[i];
+        s.params["batch"] = key.back();
+        for (const auto& [round, g] : rounds) {
+            if (g.us.size() < 3) continue;
+            try {
+                const LinearFit f = fit_matmul_line(g.mnkh, g.us);
+                s.metrics["fit_r2"][round] = f.r2;
+                s.metrics["fit_ns_per_mnkh"][round] = f.coef[1] * 1e3;
+                s.metrics["fit_intercept_us"][round] = f.coef[0];
+            } catch (const Error&) {
+            }
+        }
+        if (!s.metrics.empty()) out.fits.push_back(std::move(s));
     }
     Table fits{{"model", "type", "backend", "threads", "batch", "shapes", "intercept_us", "intercept_lo", "intercept_hi",
                 "ns_per_mnkh", "ns_per_mnkh_lo", "ns_per_mnkh_hi", "r2", "max_rel_err_pct"},
@@ -121,10 +150,11 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
               "decode; N > 1: the prompts), fitted for "
               "relative error (weights 1/time²) over the distinct weight-MatMul shapes of the point; `all` pools "
               "every model. Intervals: 95 %. Input: matmuls.csv (median time per shape).\n\n"
-           << "| model | threads | batch | shapes | intercept µs [95 % CI] | ns per MNKH [95 % CI] | R² | worst error % |\n"
-           << "|---|---|---|---|---|---|---|---|\n";
+           << "| model | type | backend | threads | batch | shapes | intercept µs [95 % CI] | ns per MNKH [95 % CI] | R² | worst error % |\n"
+           << "|---|---|---|---|---|---|---|---|---|---|\n";
         for (const auto& r : fits.rows)
-            md << "| " << r[0].get<std::string>() << " | " << r[3].get<std::string>() << " | " << r[4].get<std::string>()
+            md << "| " << r[0].get<std::string>() << " | " << r[1].get<std::string>() << " | " << r[2].get<std::string>()
+               << " | " << r[3].get<std::string>() << " | " << r[4].get<std::string>()
                << " | " << r[5] << " | " << fmt(r[6]) << " [" << fmt(r[7]) << ", " << fmt(r[8]) << "] | "
                << fmt(r[9], "%.4g") << " [" << fmt(r[10], "%.4g") << ", " << fmt(r[11], "%.4g") << "] | " << fmt(r[12], "%.4f")
                << " | " << fmt(r[13], "%.1f") << " |\n";
@@ -154,7 +184,7 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
                 const double x = lo * std::pow(hi / lo, i / 24.0);
                 pts.push_back({x, f.coef[0] + f.coef[1] * x});
             }
-            fitted.push_back({"fit, " + key[4] + " (all models)", pts});
+            fitted.push_back({"fit, " + key[1] + (key[2] == "cpu" ? "" : " " + key[2]) + ", " + key[4] + " (all models)", pts});
         }
         auto f = plot.draw(spec.name + "-t" + th, spec.title + " (" + th + " threads)", [&](Gnuplot& gp) {
             gp << "set logscale xy\nset xlabel 'M x N x K x H'\nset ylabel 'median time per call (us)'\nset format x '1e%L'\n";
@@ -175,7 +205,7 @@ std::vector<fs::path> summarise_matmuls(const ExperimentSpec& spec, const std::v
         written.push_back(f.png);
         written.push_back(f.svg);
     }
-    return written;
+    return out;
 }
 
 }  // namespace profinfer

@@ -102,6 +102,22 @@ fs::path write_results_readme(const fs::path& dir) {
             md << " isa: " << j.value("isa", std::string("?")) << ".\n\n";
         }
     }
+    // How long the run took: reproduce.json, written by Makefile.reproduce at its end.
+    if (const fs::path rj = dir / "reproduce.json"; fs::exists(rj)) {
+        std::ifstream in(rj);
+        const auto j = nlohmann::json::parse(in, nullptr, false);
+        if (!j.is_discarded() && j.value("started", int64_t(0)) > 0 && j.value("finished", int64_t(0)) > 0)
+            md << "Run: `make reproduce QUICK=" << j.value("quick", 1) << "` at commit `" << j.value("commit", std::string("?"))
+               << "`, "
+               << format_number(double(j.value("finished", int64_t(0)) - j.value("started", int64_t(0))) / 60)
+               << " minutes from the machine's roofs to the last study and the models (building profinfer and llama.cpp "
+                  "before it not counted; `reproduce.json`)"
+               << (j.value("summarised", std::string()).empty()
+                       ? std::string()
+                       : "; its tables and figures made again from the same traces at commit `" +
+                             j.value("summarised", std::string()) + "` (`profinfer experiment run` on the finished study)")
+               << ".\n\n";
+    }
     md << "Every study records each point of its sweep once per round, in interleaved rounds (each round visits "
           "every point, in an order of its own), and gives per point the median over the rounds with a 95 % "
           "bootstrap interval. Each claim of the paper is a comparison on those medians; it is **reproduced** or "
@@ -158,7 +174,8 @@ fs::path write_results_readme(const fs::path& dir) {
     md << "\nAlso here, each with its own tables: ";
     std::vector<std::string> more;
     for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
-             {"overhead/summary.md", "the cost of tracing (Tables 5 and 7)"},
+             {"overhead/vs-baseline.md", "the cost of tracing, each point against the untraced run (Tables 5 and 7)"},
+             {"overhead/fidelity.md", "operator times against the eval callback's"},
              {"models/models.md", "the performance models and the plan (Fig. 10, 13; `profinfer fit`, `plan`)"},
              {"llama3.2-1b-q4_0/report.html", "one full-level profile with its DAGs, statistics and roofline"}})
         if (fs::exists(dir / path)) more.push_back("[" + what + "](" + path + ")");

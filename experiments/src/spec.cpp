@@ -90,12 +90,24 @@ std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t,
     return out;
 }
 
-// A claim's side: parameter → value, every parameter known.
-std::map<std::string, std::string> read_selector(const toml::node_view<const toml::node>& n, const std::string& where) {
+// A claim's side: parameter → value, every parameter known (a sweep parameter, or for a claim
+// on the fitted lines one of a line's: model — "all" for the line pooled over the models —,
+// type, backend, threads, batch — "n=1" or "n>1").
+std::map<std::string, std::string> read_selector(const toml::node_view<const toml::node>& n, const std::string& where,
+                                                 bool on_fits = false) {
     std::map<std::string, std::string> out;
     if (!n) return out;
     const auto* t = n.as_table();
     if (!t) throw Error(where + " is a table of parameter values, e.g. { ctx = 0 }");
+    if (on_fits) {
+        for (const auto& [k, v] : *t) {
+            const std::string key(k.str());
+            if (key != "model" && key != "type" && key != "backend" && key != "threads" && key != "batch")
+                throw Error(where + ": a fitted line has model, type, backend, threads and batch, not '" + key + "'");
+            out[key] = as_text(v);
+        }
+        return out;
+    }
     for (const auto& [k, v] : read_sweep(t, where))
         if (v.size() == 1)
             out[k] = v.front();
@@ -110,8 +122,11 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     c.metric = t["metric"].value_or(std::string());
     c.metric_b = t["metric_b"].value_or(std::string());
     if (c.says.empty() || c.metric.empty()) throw Error(where + " needs says and metric");
-    c.a = read_selector(t["a"], where + " a");
-    c.b = read_selector(t["b"], where + " b");
+    c.on = t["on"].value_or(std::string());
+    if (!c.on.empty() && c.on != "fits")
+        throw Error(where + ": on is \"fits\" (the fitted lines) or absent (the points), not '" + c.on + "'");
+    c.a = read_selector(t["a"], where + " a", !c.on.empty());
+    c.b = read_selector(t["b"], where + " b", !c.on.empty());
     if (auto v = t["value"].value<double>()) c.value = *v;
     const std::string expect = t["expect"].value_or(std::string());
     const std::string other = c.value ? "value" : "b";

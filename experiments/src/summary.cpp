@@ -504,10 +504,11 @@ Testbed Testbed::here() {
     return t;
 }
 
-std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
-                                         const Testbed& here) {
+std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& all_points,
+                                         const Testbed& here, const std::vector<PointSamples>& fits) {
     std::vector<ClaimResult> out;
     for (const auto& c : spec.claims) {
+        const std::vector<PointSamples>& points = c.on == "fits" ? fits : all_points;
         std::string untestable = c.not_testable;
         if (untestable.empty() && c.requires_cpus > here.cpus)
             untestable = "needs " + std::to_string(c.requires_cpus) + " CPUs or more; this machine has " +
@@ -525,7 +526,8 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             if (!c.value && p.matches(c.b)) bs[group_name(p.params, points, c.a, c.b)] = &p;
         }
         if (as.empty()) {
-            out.push_back({&c, "", Interval{}, Verdict::NotTestable, "no recorded point matches a"});
+            out.push_back({&c, "", Interval{}, Verdict::NotTestable,
+                           std::string(c.on == "fits" ? "no fitted line" : "no recorded point") + " matches a"});
             continue;
         }
         for (const auto& [group, a] : as) {
@@ -665,11 +667,14 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             written.push_back(f);
         }
     }
+    std::vector<PointSamples> fits;  // the fitted lines, for claims on them
     if (spec.matmuls) {
         std::vector<StudyPoint> pts;
         for (const auto& r : points)
             for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
-        for (auto& f : summarise_matmuls(spec, pts, out_dir)) written.push_back(f);
+        auto m = summarise_matmuls(spec, pts, out_dir);
+        written.insert(written.end(), m.files.begin(), m.files.end());
+        fits = std::move(m.fits);
     }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");
@@ -692,7 +697,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     }
     if (!spec.baseline.empty()) write_vs_baseline(spec, samples, out_dir, written);
     if (spec.fidelity) write_fidelity(points, out_dir, written);
-    const auto verdicts = evaluate_claims(spec, samples, Testbed::here());
+    const auto verdicts = evaluate_claims(spec, samples, Testbed::here(), fits);
     {
         Table v;
         v.columns = {"claim", "metric", "expect", "a", "b", "group", "estimate", "lo", "hi", "n", "verdict", "reason"};

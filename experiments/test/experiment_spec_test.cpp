@@ -227,6 +227,48 @@ TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
         }
 }
 
+// A claim on the fitted lines is judged on the lines' per-round samples, grouped like a
+// point claim; its selectors name a line's parameters (batch among them), which a claim on
+// the points may not.
+TEST(ExperimentSpec, ClaimsOnFitsJudgeTheLinesPerRound) {
+    TempDir d;
+    const std::string fits_claim = R"(
+[[claim]]
+says = "Linear in MNKH"
+on = "fits"
+metric = "fit_r2"
+a = { model = "all", batch = "n=1" }
+expect = "a > value"
+value = 0.95
+)";
+    const auto s = ExperimentSpec::load(write_spec(d, std::string(kSpec) + fits_claim));
+    ASSERT_EQ(s.claims.size(), 1u);
+    EXPECT_EQ(s.claims[0].on, "fits");
+    auto line = [](const std::string& model, const std::string& type, double r2) {
+        PointSamples p{{{"model", model}, {"type", type}, {"backend", "cpu"}, {"threads", "2"}, {"batch", "n=1"}}, {}};
+        const double wobble[5] = {-0.004, 0.002, 0.003, -0.001, 0.0};
+        for (int r = 0; r < 5; ++r) p.metrics["fit_r2"][r + 1] = r2 + wobble[r];
+        return p;
+    };
+    const std::vector<PointSamples> fits{line("all", "q4_0", 0.99), line("all", "q8_0", 0.90), line("llama3.2-1b", "q4_0", 0.5)};
+    const auto rs = evaluate_claims(s, {}, Testbed{2, false}, fits);
+    std::map<std::string, Verdict> by_group;
+    for (const auto& r : rs) by_group[r.group] = r.verdict;
+    EXPECT_EQ(by_group, (std::map<std::string, Verdict>{{"type=q4_0", Verdict::Reproduced}, {"type=q8_0", Verdict::NotReproduced}}));
+    // No line: not testable, saying so.
+    const auto none = evaluate_claims(s, {}, Testbed{2, false});
+    ASSERT_EQ(none.size(), 1u);
+    EXPECT_EQ(none[0].verdict, Verdict::NotTestable);
+    EXPECT_NE(none[0].reason.find("no fitted line"), std::string::npos) << none[0].reason;
+    // batch is a line's parameter, not a point's; "on" takes fits or nothing.
+    std::string on_points = fits_claim;
+    on_points.replace(on_points.find("on = \"fits\"\n"), 12, "");
+    EXPECT_THROW(ExperimentSpec::load(write_spec(d, std::string(kSpec) + on_points)), Error);
+    std::string on_what = fits_claim;
+    on_what.replace(on_what.find("\"fits\""), 6, "\"lines\"");
+    EXPECT_THROW(ExperimentSpec::load(write_spec(d, std::string(kSpec) + on_what)), Error);
+}
+
 TEST(ExperimentSpec, RoundsVisitEveryPointInChangingOrders) {
     std::set<std::vector<size_t>> orders;
     for (int round = 1; round <= 6; ++round) {
@@ -279,16 +321,18 @@ TEST(ResultsReadme, EveryNumberComesFromATable) {
                                           "0,off,7,1.234,40.1,39,41\n512,off,7,4.321,32.5,31,33\n";
     std::ofstream(d / "machine.json")
         << R"({"cpu": "Test CPU", "host": "h", "isa": "f32: avx2", "roofs": [{"threads": 1, "triad_gbs": 21.456, "peak_gflops_f32": 99.87}]})";
+    std::ofstream(d / "reproduce.json") << R"({"started": 1000, "finished": 7006, "quick": 0, "commit": "abc1234"})";
     const auto r = run({profinfer_bin(), "experiment", "readme", d.path()});
     ASSERT_EQ(r.status, 0) << r.err;
     const std::string readme = read_file(d / "README.md");
     // What the tables hold, printed as the tables print numbers.
     std::set<std::string> allowed;
-    for (double v : {0.8123, 0.7912, 0.8344, 31.27, 29.01, 35.5, 1.234, 4.321, 21.456, 99.87, 33.0, 7.0, 4.0, 2.0, 1.0, 0.0})
+    for (double v : {0.8123, 0.7912, 0.8344, 31.27, 29.01, 35.5, 1.234, 4.321, 21.456, 99.87, 33.0, 7.0, 4.0, 2.0, 1.0, 0.0,
+                     (7006 - 1000) / 60.0})
         allowed.insert(format_number(v));
     for (const char* words : {"9", "512", "95", "3", "5"}) allowed.insert(words);  // Fig. 9, ctx=512, 95 %, 3 digits, QUICK
     for (const char* must : {"0.812 [0.791, 0.834]", "31.3 [29, 35.5]", "**within noise**", "needs 4 CPUs or more",
-                             "1.23–4.32", "Test CPU", "21.5 GB/s"})
+                             "1.23–4.32", "Test CPU", "21.5 GB/s", "100 minutes", "QUICK=0` at commit `abc1234`"})
         EXPECT_NE(readme.find(must), std::string::npos) << must << "\n" << readme;
     // Every number of the README (outside links and the generated-by comment) is one of those.
     std::regex number(R"((?:^|[^\w.\-/])(\d+(?:\.\d+)?))");
@@ -300,4 +344,30 @@ TEST(ResultsReadme, EveryNumberComesFromATable) {
         for (std::sregex_iterator it(line.begin(), line.end(), number), end; it != end; ++it)
             EXPECT_TRUE(allowed.count((*it)[1])) << "'" << (*it)[1] << "' in: " << line;
     }
+}
+
+// The committed results/host/README.md is what `profinfer experiment readme` writes from the
+// committed tables beside it: regenerated from a copy of them (the trace DBs left out), it is
+// the same text, so none of its numbers was typed or left behind by an older run.
+TEST(ResultsReadme, CommittedReadmeIsGeneratedFromTheCommittedTables) {
+    const fs::path host = fs::path(PROFINFER_SOURCE_DIR) / "results" / "host";
+    ASSERT_TRUE(fs::exists(host / "README.md")) << host << " has no README.md: results/host is committed with the project";
+    TempDir d;
+    size_t copied = 0;
+    for (const auto& e : fs::directory_iterator(host)) {
+        const std::string name = e.path().filename().string();
+        if (name == "quick" || name == "README.md") continue;
+        if (e.is_regular_file()) {
+            fs::copy_file(e.path(), d / name), ++copied;
+            continue;
+        }
+        fs::create_directories(d / name);
+        for (const auto& f : fs::directory_iterator(e.path()))  // the study's tables, not its points/
+            if (f.is_regular_file()) fs::copy_file(f.path(), d / name / f.path().filename()), ++copied;
+    }
+    ASSERT_GT(copied, 0u);
+    const auto r = run({profinfer_bin(), "experiment", "readme", d.path()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(read_file(d / "README.md"), read_file(host / "README.md"))
+        << "results/host/README.md differs from what its tables give: run `build/profinfer experiment readme results/host`";
 }

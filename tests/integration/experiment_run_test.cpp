@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include "profinfer/experiment.h"
 #include "profinfer/stats.h"
@@ -42,6 +43,13 @@ threads = [2]
 x = "threads"
 series = "model"
 metrics = ["decode_tps", "mul_mat_share_pct"]
+[[claim]]
+says = "Linear in MNKH"
+on = "fits"
+metric = "fit_r2"
+a = { model = "all", batch = "n=1" }
+expect = "a > value"
+value = 0.5
 )";
 
 // The index is the experiment's own SQLite file, not a trace store.
@@ -110,6 +118,18 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
                 EXPECT_GT(r[fit.column("ns_per_mnkh")].get<double>(), 0);
             }
         EXPECT_TRUE(pooled_decode);
+        // The claim on the fitted lines: the pooled decode line per thread count, fitted
+        // again in each of the 2 rounds — n = 2, too few for an interval.
+        std::ifstream vin(out / "verdicts.csv");
+        const Table v = Table::from_csv(std::string(std::istreambuf_iterator<char>(vin), {}));
+        std::set<std::string> groups;
+        for (const auto& r : v.rows)
+            if (r[v.column("claim")] == "Linear in MNKH") {
+                groups.insert(r[v.column("group")].get<std::string>());
+                EXPECT_EQ(r[v.column("n")], 2) << r[v.column("group")];
+                EXPECT_EQ(r[v.column("verdict")], "not testable here");
+            }
+        EXPECT_EQ(groups, (std::set<std::string>{"threads=1", "threads=2"}));
     }
     // Each point's DB is a complete recording of its own command.
     {

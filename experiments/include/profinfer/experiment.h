@@ -45,6 +45,10 @@ struct Claim {
     int requires_cpus = 0;                             // fewer online CPUs: not testable here
     bool requires_pmu = false;                         // no hardware counters: not testable here
     std::string not_testable;                          // why it cannot be tested on any machine like this one
+    // What the claim is about: the sweep's points (""), or the study's fitted lines ("fits":
+    // matmul-dims' lines per model/type/backend/threads/batch, fitted once per round; metrics
+    // fit_r2, fit_ns_per_mnkh, fit_intercept_us).
+    std::string on;
     std::string expectation() const;                   // "a > b", "a < value", as written
 };
 
@@ -214,14 +218,21 @@ struct ClaimResult {
 // Every claim of SPEC on the points' samples: per group, the estimate with its interval and
 // the verdict (judge()); not testable, with the reason, when the machine lacks what the
 // claim requires, a side has no point, or there are too few rounds for an interval.
+// Claims on "fits" are judged on FITS (summarise_matmuls' lines, a sample per round).
 std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
-                                         const Testbed& here);
+                                         const Testbed& here, const std::vector<PointSamples>& fits = {});
 
 // Paper Fig. 10: every point's weight MatMuls (stat --by matmul) in matmuls.csv, a line
 // time = a + b·M·N·K·H per model, type, backend, thread count and batch class (N = 1, N > 1), pooled over the
-// models (fit.csv, fit.md), and a log-log figure per thread count; returns the files.
-std::vector<std::filesystem::path> summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                                     const std::filesystem::path& out_dir);
+// models (fit.csv, fit.md), and a log-log figure per thread count; the files, and the lines
+// fitted again on each round's shapes alone (params model, type, backend, threads, batch;
+// metrics fit_r2, fit_ns_per_mnkh, fit_intercept_us by round): what claims "on fits" judge.
+struct MatmulSummary {
+    std::vector<std::filesystem::path> files;
+    std::vector<PointSamples> fits;
+};
+MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                const std::filesystem::path& out_dir);
 
 // How every study table and the results README print a number: 3 significant digits ("–"
 // when not finite), and a median with its interval ("42.1 [40.3, 43.0]"; the median alone
