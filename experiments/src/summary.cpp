@@ -5,12 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <regex>
 #include <set>
 #include <fstream>
 #include <sstream>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
+#include "profinfer/figures.h"
+#include "profinfer/machine_bench.h"
 #include "profinfer/output_file.h"
 #include "profinfer/dag.h"
 #include "profinfer/ggml_types.h"
@@ -353,6 +357,17 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
 }
 
 // The machine the results are for, for captions: results/<board>/machine.json's CPU.
+// A category as a figure's axis prints it: an --override-tensor rule by the weight it moves
+// and where ("attn_q → Vulkan0", not the whole regular expression), -ngl 99 as every layer;
+// other values as they are.
+std::string category_label(const std::string& param, const std::string& value) {
+    if (param == "ngl" && value == "99") return "all (99)";
+    if (param != "ot") return value;
+    static const std::regex rule(R"(^(?:blk\\\.\[0-9\]\+\\\.)?(\w+)\\\.weight=(\w+)$)");
+    std::smatch m;
+    return std::regex_match(value, m, rule) ? m[1].str() + " → " + m[2].str() : value;
+}
+
 std::string machine_of(const fs::path& out_dir, const std::string& board) {
     const auto j = machine_json(out_dir);
     return j.is_object() ? j.value("cpu", std::string("?")) + " (" + board + ")" : board;
@@ -657,6 +672,20 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             OutputFile::write(f, stats_table(db, by).to_csv());
             written.push_back(f);
         }
+        if (!spec.figures.empty()) {
+            // The recording's own figures (timeline: paper Fig. 5, threads: Fig. 6, tokens: Fig. 9,
+            // experts: Fig. 13) from the point's first round, named points/<id>-<kind>.
+            const fs::path machine_file = out_dir.parent_path() / "machine.json";
+            std::optional<MachineBench> machine;
+            if (fs::exists(machine_file)) machine = MachineBench::load(machine_file);
+            const std::string caption = machine_of(out_dir, board) + "; " + r.params.at("model") + " " +
+                                        r.params.at("type") + ", " + r.params.at("threads") + " threads; --level " +
+                                        spec.level + "; one run: round " + std::to_string(r.dbs.front().first) + " of " +
+                                        std::to_string(r.dbs.size());
+            for (const auto& f : draw_figures(db, out_dir / "points", machine ? &*machine : nullptr, spec.figures,
+                                              r.id + "-", caption))
+                written.push_back(f.png), written.push_back(f.svg);
+        }
         if (spec.timeline) {
             const fs::path f = base.string() + "-trace.json.gz";
             OutputFile file(f);
@@ -773,8 +802,10 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     std::vector<std::string> xs;
     for (const auto& r : points)
         if (std::find(xs.begin(), xs.end(), r.params.at(spec.x)) == xs.end()) xs.push_back(r.params.at(spec.x));
-    const bool x_numeric = std::all_of(xs.begin(), xs.end(), numeric);
-    if (x_numeric) std::sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return std::stod(a) < std::stod(b); });
+    // Layers offloaded are drawn as categories: "all" (99) is not a position past 12.
+    const bool x_numeric = spec.x != "ngl" && std::all_of(xs.begin(), xs.end(), numeric);
+    if (x_numeric || (!xs.empty() && std::all_of(xs.begin(), xs.end(), numeric)))
+        std::sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return std::stod(a) < std::stod(b); });
     for (const auto& metric : spec.metrics) {
         // series → x → (median, lo, hi)
         std::map<std::string, std::map<std::string, Interval>> series;
@@ -782,7 +813,12 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         for (size_t i = 0; i < points.size(); ++i) {
             const Interval iv = interval_of(i, metric);
             if (!std::isfinite(iv.median)) continue;
-            series[spec.series.empty() ? metric : spec.series + "=" + points[i].params.at(spec.series)][points[i].params.at(spec.x)] = iv;
+            // A series per value of every varying parameter but x (spec.series first): two
+            // points never share one (x, series) cell, where one would hide the other.
+            std::string name = spec.series.empty() ? "" : spec.series + "=" + points[i].params.at(spec.series);
+            for (const auto& v : varying)
+                if (v != spec.x && v != spec.series) name += (name.empty() ? "" : ", ") + v + "=" + points[i].params.at(v);
+            series[name.empty() ? metric : name][points[i].params.at(spec.x)] = iv;
             if (iv.median > 0) lo_all = std::min(lo_all, iv.median), hi_all = std::max(hi_all, iv.median);
         }
         if (series.empty()) continue;
@@ -840,7 +876,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                         auto it = by_x.find(xs[i]);
                         const Interval iv = it == by_x.end() ? Interval{} : it->second;
                         const double m = std::isfinite(iv.median) ? iv.median : NAN;
-                        gp << i << " " << gnuplot_label(xs[i]) << " " << m << " " << (iv.has_interval() ? iv.lo : m) << " "
+                        gp << i << " " << gnuplot_label(category_label(spec.x, xs[i])) << " " << m << " " << (iv.has_interval() ? iv.lo : m) << " "
                            << (iv.has_interval() ? iv.hi : m) << "\n";
                     }
                     gp << "e\n";

@@ -269,6 +269,18 @@ value = 0.95
     EXPECT_THROW(ExperimentSpec::load(write_spec(d, std::string(kSpec) + on_what)), Error);
 }
 
+TEST(ExperimentSpec, FigureKindsAreChecked) {
+    TempDir d;
+    const auto s = ExperimentSpec::load(write_spec(d, std::string(kSpec) + "[outputs]\nfigures = [\"timeline\", \"threads\"]\n"));
+    EXPECT_EQ(s.figures, (std::vector<std::string>{"timeline", "threads"}));
+    try {
+        ExperimentSpec::load(write_spec(d, std::string(kSpec) + "[outputs]\nfigures = [\"timeline\", \"gantt\"]\n"));
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("gantt"), std::string::npos) << e.what();
+    }
+}
+
 TEST(ExperimentSpec, RoundsVisitEveryPointInChangingOrders) {
     std::set<std::vector<size_t>> orders;
     for (int round = 1; round <= 6; ++round) {

@@ -36,6 +36,7 @@ backend = ["cpu"]
 [outputs]
 stat = ["matmul"]
 matmuls = true
+figures = ["timeline", "threads"]
 [quick]
 backend = ["cpu", "vulkan-that-is-not-here"]
 threads = [2]
@@ -100,6 +101,16 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     for (const char* f : {"table.csv", "table.md", "points.csv", "runs.csv", "verdicts.csv", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
                           "matmuls.csv", "fit.csv", "fit.md", "tiny-threads-t1.png", "tiny-threads-t2.svg"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
+    // The recording's figures per point, from its first round: one decode step per thread
+    // (Fig. 5) and compute vs wait (Fig. 6).
+    size_t timelines = 0, thread_figs = 0;
+    for (const auto& f : fs::directory_iterator(out / "points")) {
+        const std::string n = f.path().filename().string();
+        timelines += n.ends_with("-timeline.png");
+        thread_figs += n.ends_with("-threads.svg");
+    }
+    EXPECT_EQ(timelines, 2u);
+    EXPECT_EQ(thread_figs, 2u);
     // Fig. 10 across the points: matmuls.csv is every point's `stat --by matmul`, side by side.
     {
         size_t rows = 0;

@@ -69,6 +69,7 @@ struct ExperimentSpec {
     std::string dag;
     std::vector<std::string> stats;
     bool timeline = false;
+    std::vector<std::string> figures;  // the recording's figures per point (kFigureKinds: timeline, threads, …)
     // Paper Fig. 10 across the points: matmuls.csv, fit.csv/.md and a figure per thread count.
     bool matmuls = false;
     // The table of every point against the point of its group that BASELINE selects
