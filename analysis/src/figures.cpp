@@ -49,8 +49,8 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
     return p.draw(id, "One decode step (llama_decode call " + std::to_string(call) + ", " + std::to_string(nodes.size()) +
                           " operators) per thread", [&](Gnuplot& gp) {
         gp << "set xlabel 'time since the call began (ms)'\nset ylabel 'thread (ith)'\nset ytics 1\nset yrange [-0.6:"
-           << threads - 0.4 << "]\nset xrange [0:" << (c.end_ns - c.start_ns) / 1e6 << "]\nset key below horizontal\nunset grid\n";
-        if (!caption.empty()) gp << "set bmargin 7\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.02 left font ',8'\n";
+           << threads - 0.4 << "]\nset xrange [0:" << (c.end_ns - c.start_ns) / 1e6 << "]\nset key above horizontal\nunset grid\n";
+        if (!caption.empty()) gp << "set bmargin 5\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.02 left font ',8'\n";
         std::string cmd = "plot ";
         bool first = true;
         for (int k : {Wait, Other, WeightMatMul, Attention}) {
