@@ -50,7 +50,7 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
                           " operators) per thread", [&](Gnuplot& gp) {
         gp << "set xlabel 'time since the call began (ms)'\nset ylabel 'thread (ith)'\nset ytics 1\nset yrange [-0.6:"
            << threads - 0.4 << "]\nset xrange [0:" << (c.end_ns - c.start_ns) / 1e6 << "]\nset key above horizontal\nunset grid\n";
-        if (!caption.empty()) gp << "set bmargin 5\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.02 left font ',8'\n";
+        Plotter::caption(gp, caption);
         std::string cmd = "plot ";
         bool first = true;
         for (int k : {Wait, Other, WeightMatMul, Attention}) {
@@ -67,19 +67,25 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
 
 const std::vector<std::string> kFigureKinds = {"timeline", "op_types", "tokens", "threads", "roofline", "experts"};
 
+void check_figure_kinds(const std::vector<std::string>& kinds) {
+    for (const auto& k : kinds)
+        if (std::find(kFigureKinds.begin(), kFigureKinds.end(), k) == kFigureKinds.end()) {
+            std::string all;
+            for (const auto& x : kFigureKinds) all += (all.empty() ? "" : ", ") + x;
+            throw Error("no figure kind '" + k + "' (kinds: " + all + ")");
+        }
+}
+
 std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const MachineBench* machine,
                                  const std::vector<std::string>& kinds, const std::string& prefix, const std::string& caption) {
-    for (const auto& k : kinds)
-        if (std::find(kFigureKinds.begin(), kFigureKinds.end(), k) == kFigureKinds.end())
-            throw Error("no figure kind '" + k + "' (kinds: timeline, op_types, tokens, threads, roofline, experts)");
+    check_figure_kinds(kinds);
     auto wanted = [&](const char* k) { return kinds.empty() || std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
     Plotter plotter(dir);
     std::vector<Figure> figs;
     // Every figure with the caption under it, named PREFIX + kind.
     auto draw = [&](const std::string& kind, const std::string& title, auto body) {
         figs.push_back(plotter.draw(prefix + kind, title, [&](Gnuplot& gp) {
-            if (!caption.empty())
-                gp << "set bmargin 7\nset label 99 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.02 left font ',8'\n";
+            Plotter::caption(gp, caption);
             body(gp);
         }));
     };

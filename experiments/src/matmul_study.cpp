@@ -41,6 +41,20 @@ double max_rel_err_pct(const LinearFit& f, const Group& g) {
     return 100 * worst;
 }
 
+// The groups again with every model's shapes pooled under model "all" (key[0]): whether one
+// line serves every model.
+std::map<std::vector<std::string>, Group> pooled_over_models(const std::map<std::vector<std::string>, Group>& groups) {
+    std::map<std::vector<std::string>, Group> pooled;
+    for (const auto& [key, g] : groups) {
+        auto pk = key;
+        pk[0] = "all";
+        auto& p = pooled[pk];
+        p.mnkh.insert(p.mnkh.end(), g.mnkh.begin(), g.mnkh.end());
+        p.us.insert(p.us.end(), g.us.begin(), g.us.end());
+    }
+    return pooled;
+}
+
 }  // namespace
 
 MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
@@ -89,22 +103,13 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
 
     // Per model, thread count and batch class; pooled over models ("all") to test whether one
     // line serves every model.
-    std::map<std::vector<std::string>, Group> pooled;
-    for (const auto& [key, g] : groups) {
-        auto pk = key;
-        pk[0] = "all";
-        auto& p = pooled[pk];
-        p.mnkh.insert(p.mnkh.end(), g.mnkh.begin(), g.mnkh.end());
-        p.us.insert(p.us.end(), g.us.begin(), g.us.end());
-    }
-    for (const auto& [key, rounds] : std::map(by_round)) {
-        auto pk = key;
-        pk[0] = "all";
-        for (const auto& [round, g] : rounds) {
-            auto& p = by_round[pk][round];
-            p.mnkh.insert(p.mnkh.end(), g.mnkh.begin(), g.mnkh.end());
-            p.us.insert(p.us.end(), g.us.begin(), g.us.end());
-        }
+    auto pooled = pooled_over_models(groups);
+    {
+        std::map<int, std::map<std::vector<std::string>, Group>> rounds;  // round → the groups of its shapes
+        for (const auto& [key, by] : by_round)
+            for (const auto& [round, g] : by) rounds[round][key] = g;
+        for (const auto& [round, groups_of_round] : rounds)
+            for (const auto& [pk, g] : pooled_over_models(groups_of_round)) by_round[pk][round] = g;
     }
     // Each line fitted again on each round's shapes alone: the claims' samples.
     for (const auto& [key, rounds] : by_round) {

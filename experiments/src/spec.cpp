@@ -2,7 +2,6 @@
 #include <toml++/toml.h>
 
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -235,14 +234,14 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         if (const auto* a = (*o)["stat"].as_array())
             for (const auto& e : *a) s.stats.push_back(e.value_or(std::string()));
         s.timeline = (*o)["timeline"].value_or(false);
-        if (const auto* a = (*o)["figures"].as_array())
-            for (const auto& e : *a) {
-                const std::string k = e.value_or(std::string());
-                if (std::find(kFigureKinds.begin(), kFigureKinds.end(), k) == kFigureKinds.end())
-                    throw Error(file.string() + ": [outputs] figures: no figure kind '" + k +
-                                "' (timeline, op_types, tokens, threads, roofline, experts)");
-                s.figures.push_back(k);
+        if (const auto* a = (*o)["figures"].as_array()) {
+            for (const auto& e : *a) s.figures.push_back(e.value_or(std::string()));
+            try {
+                check_figure_kinds(s.figures);
+            } catch (const Error& e) {
+                throw Error(file.string() + ": [outputs] figures: " + e.what());
             }
+        }
         s.baseline = read_selector((*o)["baseline"], file.string() + " [outputs] baseline");
         s.fidelity = (*o)["fidelity"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);

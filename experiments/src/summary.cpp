@@ -653,6 +653,9 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         md_rows.push_back(std::move(md));
     }
     // Per-point outputs, named by the point's id, from its first recorded round.
+    std::optional<MachineBench> machine;  // the roofs, for a roofline figure
+    if (const fs::path m = out_dir.parent_path() / "machine.json"; !spec.figures.empty() && fs::exists(m))
+        machine = MachineBench::load(m);
     for (const auto& r : points) {
         const fs::path base = out_dir / "points" / r.id;
         const fs::path db = r.dbs.front().second;
@@ -675,9 +678,6 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         if (!spec.figures.empty()) {
             // The recording's own figures (timeline: paper Fig. 5, threads: Fig. 6, tokens: Fig. 9,
             // experts: Fig. 13) from the point's first round, named points/<id>-<kind>.
-            const fs::path machine_file = out_dir.parent_path() / "machine.json";
-            std::optional<MachineBench> machine;
-            if (fs::exists(machine_file)) machine = MachineBench::load(machine_file);
             const std::string caption = machine_of(out_dir, board) + "; " + r.params.at("model") + " " +
                                         r.params.at("type") + ", " + r.params.at("threads") + " threads; --level " +
                                         spec.level + "; one run: round " + std::to_string(r.dbs.front().first) + " of " +
@@ -831,7 +831,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             const auto xu = kParamUnit.find(spec.x);
             gp << "set xlabel " << gnuplot_quote(spec.x + (xu == kParamUnit.end() ? "" : " (" + xu->second + ")")) << "\nset ylabel "
                << gnuplot_quote(metric + (unit.empty() ? "" : " (" + unit + ")")) << "\n";
-            gp << "set bmargin 6\nset label 1 " << gnuplot_quote(caption) << " at screen 0.02, screen 0.03 left font ',8'\n";
+            Plotter::caption(gp, caption);
             gp << (log_y ? "set logscale y\n" : "set yrange [0:*]\n");
             if (x_numeric) {
                 // Ticks at the values measured (no "1.5 threads"), the outer points off the border.

@@ -26,6 +26,8 @@ Figure draw_timeline(const std::filesystem::path& db, const std::filesystem::pat
 // The figures of a recording, by kind: timeline (Fig. 5), op_types, tokens (Fig. 9),
 // threads (Fig. 6), roofline, experts (Fig. 13).
 extern const std::vector<std::string> kFigureKinds;
+// Throws, naming the kinds there are, unless every one of KINDS is among them.
+void check_figure_kinds(const std::vector<std::string>& kinds);
 
 // Writes the figures of DB into DIR, named PREFIX + kind: every kind DB has data for, or only
 // KINDS; MACHINE may be null (no roofline then). CAPTION, when given, is printed under each.

@@ -38,6 +38,12 @@ public:
         return f;
     }
 
+    // The caption line under a figure (machine, model, level, n): bottom margin and the label.
+    static void caption(Gnuplot& gp, const std::string& text) {
+        if (!text.empty())
+            gp << "set bmargin 6\nset label 99 " << gnuplot_quote(text) << " at screen 0.02, screen 0.03 left font ',8'\n";
+    }
+
 private:
     std::filesystem::path dir_;
 };
