@@ -45,6 +45,7 @@ void add_model(CLI::App& app, std::function<int()>& action) {
     auto scale = std::make_shared<std::string>("full");
     auto out = std::make_shared<std::string>();
     auto seed = std::make_shared<uint64_t>(42);
+    auto routing = std::make_shared<std::string>("zipf:1");
     auto* synth = model->add_subcommand(
         "synth", "Write a GGUF model with a card's architecture and shapes and seeded random weights");
     synth->footer("Cards: " + ModelCard::cards_dir().string() +
@@ -55,13 +56,27 @@ void add_model(CLI::App& app, std::function<int()>& action) {
         ->check(CLI::IsMember({"full", "tiny"}))
         ->capture_default_str();
     synth->add_option("--seed", *seed, "Seed of the random weights")->capture_default_str();
+    synth->add_option("--moe-routing", *routing,
+                      "MoE cards: how tokens choose experts. zipf:S = each layer's experts chosen per token with a "
+                      "Zipf popularity of exponent S (uniform = zipf:0), through a router and embeddings built for it; "
+                      "random = random router weights (the hidden state forgets the token: the same experts every call)")
+        ->check([](const std::string& v) {
+            try {
+                MoeRouting::parse(v);
+                return std::string();
+            } catch (const std::exception& e) {
+                return std::string(e.what());
+            }
+        })
+        ->capture_default_str();
     synth->add_option("-o,--output", *out, "GGUF file to write")->required();
-    synth->callback([&action, card, type, scale, out, seed] {
-        action = [card, type, scale, out, seed] {
+    synth->callback([&action, card, type, scale, out, seed, routing] {
+        action = [card, type, scale, out, seed, routing] {
             auto c = ModelCard::load(*card, *scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full);
             SynthOptions o;
             o.type = gguf::parse_type(*type);
             o.seed = *seed;
+            o.routing = MoeRouting::parse(*routing);
             ProgressBar bar("synth " + c.name + " " + *type);
             o.progress = [&bar](uint64_t d, uint64_t t) { bar(d, t); };
             uint64_t bytes = synthesise_model(c, o, *out);

@@ -256,6 +256,19 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "SELECT layer, node, expert, count(*), avg(dist) FROM d GROUP BY layer, node, expert "
                     "ORDER BY layer, node, expert");
     }
+    if (by == "expert-reuse") {
+        // The reuse-distance histogram of decode (paper Fig. 13): for each layer and expert,
+        // the decode steps between consecutive uses (a step = one decode call; prompt calls,
+        // which use nearly every expert, are left out), counted over every layer and expert;
+        // `steps` and `layers` are what a prediction for iid routing needs.
+        return rows({"distance", "reuses", "steps", "layers"},
+                    "WITH dc AS (SELECT call, row_number() OVER (ORDER BY call) AS step FROM calls WHERE phase = "
+                    "'decode'), "
+                    "x AS (SELECT DISTINCT u.layer, u.expert, dc.step FROM expert_uses u JOIN dc ON dc.call = u.call), "
+                    "d AS (SELECT step - lag(step) OVER (PARTITION BY layer, expert ORDER BY step) AS dist FROM x) "
+                    "SELECT dist, count(*), (SELECT count(*) FROM dc), (SELECT count(DISTINCT layer) FROM x) FROM d "
+                    "WHERE dist IS NOT NULL GROUP BY dist ORDER BY dist");
+    }
     if (by == "expert-call") {
         // Paper Fig. 13 per point in time: each MoE node (MUL_MAT_ID) of each call, its time,
         // the experts it activated and their mean reuse distance (calls since the same node
@@ -316,7 +329,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         }
         return t;
     }
-    throw Error("--by is op-type, op, token, thread, expert, expert-call or matmul, not '" + by + "'");
+    throw Error("--by is op-type, op, token, thread, expert, expert-reuse, expert-call or matmul, not '" + by + "'");
 }
 
 }  // namespace profinfer

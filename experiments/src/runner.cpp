@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "profinfer/stable_random.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
+#include "model_card.h"
 
 namespace fs = std::filesystem;
 
@@ -306,13 +308,18 @@ std::string missing_for(const SweepPoint& p, bool install) {
 
 fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::path& profinfer, bool create) {
     const fs::path dir = cache_dir() / "models";
-    const fs::path model = dir / (p.at("model") + "-" + p.at("type") + (scale == "full" ? "" : "-" + scale) + ".gguf");
+    // A MoE model's file names its routing (model synth --moe-routing): "-zipf1", "-random".
+    const bool moe = ModelCard::load(p.at("model"), scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full).experts > 0;
+    std::string routing = p.at("routing");
+    routing.erase(std::remove(routing.begin(), routing.end(), ':'), routing.end());
+    const fs::path model = dir / (p.at("model") + "-" + p.at("type") + (moe ? "-" + routing : "") +
+                                  (scale == "full" ? "" : "-" + scale) + ".gguf");
     if (!create || fs::exists(model)) return model;
     fs::create_directories(dir);
     const fs::path tmp = model.string() + ".tmp" + std::to_string(getpid());
     std::cerr << "profinfer: synthesising " << model.filename().string() << " (" << scale << " scale, random weights)\n";
     auto r = run_process({profinfer.string(), "model", "synth", "--card", p.at("model"), "--type", p.at("type"), "--scale",
-                          scale, "-o", tmp.string()});
+                          scale, "--moe-routing", p.at("routing"), "-o", tmp.string()});
     if (r.status != 0) {
         fs::remove(tmp);
         throw Error("cannot synthesise " + model.string() + ": " + r.err);

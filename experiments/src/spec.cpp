@@ -9,6 +9,7 @@
 #include "profinfer/experiment.h"
 #include "profinfer/figures.h"
 #include "profinfer/stable_random.h"
+#include "moe_routing.h"
 
 namespace profinfer {
 
@@ -19,14 +20,14 @@ const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
     {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"},   {"program", "llama-bench"},
-    {"tracer", "level"}};
+    {"tracer", "level"},      {"routing", "zipf:1"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
 bool left_out_of_key(const std::string& name, const std::string& value) {
     return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
            (name == "mem" && value == "none") || (name == "program" && value == "llama-bench") ||
-           (name == "tracer" && value == "level");
+           (name == "tracer" && value == "level") || (name == "routing" && value == "zipf:1");
 }
 
 std::string as_text(const toml::node& n) {
@@ -62,6 +63,13 @@ void check_value(const std::string& name, const std::string& v, const std::strin
         throw Error(where + ": program is llama-bench, evalcb or ort, not '" + v + "'");
     if (name == "tracer" && !known_tracer(v))
         throw Error(where + ": tracer '" + v + "' is not one profinfer knows (docs/experiments.md lists them)");
+    if (name == "routing") {
+        try {
+            MoeRouting::parse(v);
+        } catch (const Error& e) {
+            throw Error(where + ": " + e.what());
+        }
+    }
 }
 
 std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t, const std::string& where) {

@@ -7,7 +7,10 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <cmath>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <random>
 
 #include "profinfer/error.h"
@@ -172,6 +175,95 @@ std::vector<uint8_t> random_pool(TensorType type, uint64_t seed) {
     return pool;
 }
 
+// One row of N values (N a whole number of blocks) in TYPE, by ggml's reference
+// quantisers (quantize_row_*_ref): the values the routing rows need come back to < 0.1 %.
+void encode_row(TensorType type, const float* v, size_t n, uint8_t* out) {
+    auto put16 = [](uint8_t* p, uint16_t x) { std::memcpy(p, &x, 2); };
+    const auto& tt = gguf::traits(type);
+    for (size_t b = 0; b < n / tt.block_elems; ++b, v += tt.block_elems, out += tt.block_bytes) {
+        switch (type) {
+            case TensorType::F32: std::memcpy(out, v, 4); break;
+            case TensorType::F16: put16(out, to_f16(*v)); break;
+            case TensorType::BF16: put16(out, to_bf16(*v)); break;
+            case TensorType::Q8_0: {
+                float amax = 0;
+                for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(v[i]));
+                const float d = amax / 127, id = d ? 1 / d : 0;
+                put16(out, to_f16(d));
+                for (int i = 0; i < 32; ++i) out[2 + i] = uint8_t(int8_t(std::lround(v[i] * id)));
+                break;
+            }
+            case TensorType::Q4_0: {
+                float amax = 0, max = 0;
+                for (int i = 0; i < 32; ++i)
+                    if (std::abs(v[i]) > amax) amax = std::abs(v[i]), max = v[i];
+                const float d = max / -8, id = d ? 1 / d : 0;
+                put16(out, to_f16(d));
+                auto q = [&](int i) { return uint8_t(std::min(15, int(v[i] * id + 8.5f))); };
+                for (int i = 0; i < 16; ++i) out[2 + i] = uint8_t(q(i) | q(i + 16) << 4);
+                break;
+            }
+            case TensorType::Q4_1: {
+                float lo = v[0], hi = v[0];
+                for (int i = 1; i < 32; ++i) lo = std::min(lo, v[i]), hi = std::max(hi, v[i]);
+                const float d = (hi - lo) / 15, id = d ? 1 / d : 0;
+                put16(out, to_f16(d)), put16(out + 2, to_f16(lo));
+                auto q = [&](int i) { return uint8_t(std::min(15, int((v[i] - lo) * id + 0.5f))); };
+                for (int i = 0; i < 16; ++i) out[4 + i] = uint8_t(q(i) | q(i + 16) << 4);
+                break;
+            }
+        }
+    }
+}
+
+// The routing of a MoE card with MoeRouting::Kind::Zipf (see moe_routing.h): which hidden
+// dimensions each layer's router reads, and each token's embedding row.
+class RoutedEmbedding {
+public:
+    static constexpr float kA = 1024;  // the embedding's value on a chosen expert's dimension
+
+    RoutedEmbedding(const ModelCard& c, const MoeRouting& r, uint64_t seed)
+        : E_(c.experts), k_(c.experts_used), H_(c.hidden), V_(c.vocab) {
+        if (H_ < E_) throw Error(c.name + ": zipf routing needs hidden >= experts (" + std::to_string(H_) + " < " +
+                                 std::to_string(E_) + "); use --moe-routing random");
+        blocks_ = std::min<uint32_t>(c.layers, H_ / E_);
+        const auto pi = inclusion_probabilities(E_, k_, r.s);
+        cum_.assign(1, 0.0);
+        for (double p : pi) cum_.push_back(cum_.back() + p);
+        std::mt19937_64 rng(seed ^ 0x5eed0f4011e5ull);
+        for (uint32_t b = 0; b < blocks_; ++b) {
+            std::vector<uint32_t> rank_to_expert(E_), order(V_);
+            std::iota(rank_to_expert.begin(), rank_to_expert.end(), 0u);
+            std::iota(order.begin(), order.end(), 0u);
+            std::shuffle(rank_to_expert.begin(), rank_to_expert.end(), rng);  // each block its own popular experts
+            std::shuffle(order.begin(), order.end(), rng);  // which token takes which stratum
+            rank_to_expert_.push_back(std::move(rank_to_expert));
+            order_.push_back(std::move(order));
+        }
+    }
+    // Layer l's router reads dimensions [block(l) E, block(l) E + E).
+    uint32_t block(uint32_t layer) const { return layer % (H_ / E_); }
+    // The row of token t: kA on dimension b E + e for each expert e that t chooses in block b.
+    void row(uint32_t t, std::vector<float>& v) const {
+        v.assign(H_, 0.0f);
+        for (uint32_t b = 0; b < blocks_; ++b) {
+            // Systematic sampling on [0, k): points u, u + 1, ... land in k distinct ranks
+            // (every pi <= 1), each rank with probability pi over the strata u.
+            const double u = (order_[b][t] + 0.5) / V_;
+            for (uint32_t j = 0; j < k_; ++j) {
+                const double x = u + j;
+                uint32_t r = uint32_t(std::upper_bound(cum_.begin(), cum_.end(), x) - cum_.begin()) - 1;
+                v[size_t(b) * E_ + rank_to_expert_[b][std::min(r, E_ - 1)]] = kA;
+            }
+        }
+    }
+
+private:
+    uint32_t E_, k_, H_, V_, blocks_ = 0;
+    std::vector<double> cum_;
+    std::vector<std::vector<uint32_t>> rank_to_expert_, order_;
+};
+
 // Stable across compilers and runs, unlike std::hash.
 uint64_t fnv1a(const std::string& s) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -236,6 +328,7 @@ private:
 
 uint64_t synthesise_model(const ModelCard& card, const SynthOptions& opts, const fs::path& out) {
     gguf::Layout layout = model_layout(card, opts.type);
+    if (card.experts > 0) layout.set("profinfer.moe_routing", opts.routing.str());
     const std::vector<uint8_t> header = layout.header();
     const uint64_t total = header.size() + layout.data_bytes();
 
@@ -244,18 +337,43 @@ uint64_t synthesise_model(const ModelCard& card, const SynthOptions& opts, const
     file.write(header.data(), header.size());
 
     std::map<TensorType, std::vector<uint8_t>> pools;
-    std::vector<uint8_t> chunk(4u << 20);
+    constexpr size_t kChunk = 4u << 20;
     uint64_t written = header.size();
     auto report = [&] {
         if (opts.progress) opts.progress(written, total);
     };
+    std::optional<RoutedEmbedding> routed;
+    if (card.experts > 0 && opts.routing.kind == MoeRouting::Kind::Zipf) routed.emplace(card, opts.routing, opts.seed);
+    auto emit = [&](const uint8_t* p, size_t n) {
+        file.write(p, n);
+        written += n;
+        report();
+    };
     for (const auto& t : layout.tensors()) {
-        const bool ones = t.name.find("norm.weight") != std::string::npos;
         uint64_t left = t.bytes();
-        if (ones) {
+        int layer = -1;
+        const bool gate = routed && std::sscanf(t.name.c_str(), "blk.%d.ffn_gate_inp.weight", &layer) == 1 &&
+                          t.name == blk(uint32_t(layer), "ffn_gate_inp.weight");
+        if (t.name.find("norm.weight") != std::string::npos) {
             // RMS-norm multipliers of 1.0 keep activations finite through the layers.
             std::vector<float> v(left / 4, 1.0f);
-            file.write(reinterpret_cast<const uint8_t*>(v.data()), left);
+            emit(reinterpret_cast<const uint8_t*>(v.data()), left);
+        } else if (routed && t.name == "token_embd.weight") {
+            const uint64_t row_bytes = t.bytes() / card.vocab;
+            std::vector<float> v;
+            std::vector<uint8_t> rows;
+            for (uint32_t tok = 0; tok < card.vocab; ++tok) {
+                routed->row(tok, v);
+                rows.resize(rows.size() + row_bytes);
+                encode_row(t.type, v.data(), v.size(), rows.data() + rows.size() - row_bytes);
+                if (rows.size() >= kChunk || tok + 1 == card.vocab) emit(rows.data(), rows.size()), rows.clear();
+            }
+        } else if (gate) {
+            // The router of this layer: expert e reads dimension block(layer) E + e.
+            std::vector<float> w(size_t(card.hidden) * card.experts, 0.0f);
+            const size_t first = size_t(routed->block(uint32_t(layer))) * card.experts;
+            for (uint32_t e = 0; e < card.experts; ++e) w[size_t(e) * card.hidden + first + e] = 1.0f;
+            emit(reinterpret_cast<const uint8_t*>(w.data()), left);
         } else {
             auto& pool = pools[t.type];
             if (pool.empty()) pool = random_pool(t.type, opts.seed);
@@ -264,17 +382,14 @@ uint64_t synthesise_model(const ModelCard& card, const SynthOptions& opts, const
             size_t pos = fnv1a(t.name) % (pool.size() / bb) * bb;
             while (left) {
                 size_t n = std::min<uint64_t>(left, pool.size() - pos);
-                file.write(pool.data() + pos, n);
-                left -= n, written += n, pos = 0;
-                report();
+                emit(pool.data() + pos, n);
+                left -= n, pos = 0;
             }
         }
-        written += ones ? t.bytes() : 0;
         uint64_t pad = gguf::Layout::padding(t.bytes());
         if (pad) {
             static const uint8_t zeros[gguf::Layout::kAlignment] = {};
-            file.write(zeros, pad);
-            written += pad;
+            emit(zeros, pad);
         }
     }
     file.commit();

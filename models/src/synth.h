@@ -5,12 +5,14 @@
 
 #include "gguf_writer.h"
 #include "model_card.h"
+#include "moe_routing.h"
 
 namespace profinfer {
 
 struct SynthOptions {
     gguf::TensorType type = gguf::TensorType::F16;  // type of the weight matrices
     uint64_t seed = 42;
+    MoeRouting routing;  // MoE cards only: how tokens choose experts (moe_routing.h)
     // Called with (bytes written, total bytes) while writing; may be empty.
     std::function<void(uint64_t, uint64_t)> progress;
 };
