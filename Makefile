@@ -50,7 +50,9 @@ bench: build
 	@$(BUILD)/analysis/analysis_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	@$(BUILD)/tracer/probe_cost_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
-reproduce: build llama
+# Only what the studies run (profinfer and the peers it starts), not the tests.
+reproduce: deps llama $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j$(JOBS) --target profinfer
 	@$(MAKE) --no-print-directory -f Makefile.reproduce BOARD=$(BOARD) BUILD=$(BUILD)
 
 # aarch64, cross-compiled here (docs/boards.md): the user-space code, the BPF object for
