@@ -12,6 +12,7 @@
 #include "profinfer/text_escape.h"
 #include "profinfer/roofline.h"
 #include "profinfer/stats.h"
+#include "profinfer/store.h"
 #include "profinfer/trace_graph.h"
 
 namespace fs = std::filesystem;
@@ -21,6 +22,143 @@ namespace profinfer {
 namespace {
 
 double num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; }
+
+// Paper Fig. 13: which experts each layer used, step after step (a heat map of layer 0 and
+// one of every layer's totals), and the MoE operator's time against its experts' mean
+// reuse distance and against the major faults it took, per decode call — the calls in
+// which some expert ran for the first time (cold) drawn apart from the steady state.
+// Paper Fig. 8: each decode call's latency over the run, the moments an inference thread
+// lost its CPU while runnable (preempted), and the window in which the runner's hog
+// (profinfer-hog) appears in the scheduler events.
+template <class Draw>
+void draw_latency_figure(const fs::path& path, Draw& draw) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    const auto meta = db.meta();
+    if (!meta.count("pid")) return;
+    const int64_t pid = store::meta_integer(db, meta, "pid");
+    std::vector<std::pair<double, double>> tokens;  // (s since the first decode call, ms)
+    store::Statement t(db.handle(), "SELECT start_ns, dur_ns FROM calls WHERE phase = 'decode' ORDER BY start_ns");
+    int64_t t0 = -1;
+    while (t.step()) {
+        if (t0 < 0) t0 = t.column_int(0);
+        tokens.emplace_back((t.column_int(0) - t0) / 1e9, t.column_int(1) / 1e6);
+    }
+    if (tokens.size() < 2) return;
+    std::vector<double> preempted;
+    store::Statement p(db.handle(), ("SELECT ts_ns FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
+                                     std::to_string(pid) + " AND ts_ns >= " + std::to_string(t0) + " ORDER BY ts_ns").c_str());
+    while (p.step()) preempted.push_back((p.column_int(0) - t0) / 1e9);
+    store::Statement w(db.handle(), "SELECT min(ts_ns), max(ts_ns) FROM sched_switch WHERE next_comm = 'profinfer-hog' OR "
+                                    "prev_comm = 'profinfer-hog'");
+    w.step();
+    const bool hog = !w.column_is_null(0);
+    const double a = hog ? (w.column_int(0) - t0) / 1e9 : 0, b = hog ? (w.column_int(1) - t0) / 1e9 : 0;
+    double top = 0;
+    for (const auto& [x, ms] : tokens) top = std::max(top, ms);
+    draw("latency", "Per-token latency and preemptions of the inference threads (" + std::to_string(tokens.size()) +
+                        " decode calls)", [&](Gnuplot& gp) {
+        gp << "set xlabel 'time since the first decode call (s)'\nset ylabel 'decode call latency (ms)'\nset key above horizontal\n"
+           << "set yrange [0:" << top * 1.25 << "]\n";
+        if (hog)
+            gp << "set object 1 rect from " << a << ", graph 0 to " << b
+               << ", graph 1 behind fc rgb '#f9e79f' fs solid 0.5 noborder\n"
+                  "set label 1 'hog (profinfer-hog, nice -10) runs' at " << (a + b) / 2 << ", graph 0.95 center\n";
+        std::vector<std::pair<double, double>> ticks;
+        for (double x : preempted) ticks.emplace_back(x, top * 1.15);
+        gp << "plot '-' using 1:2 with linespoints pt 7 ps 0.4 lc rgb '#2874a6' title 'decode call latency'";
+        if (!ticks.empty()) gp << ", '-' using 1:2 with points pt 9 ps 0.6 lc rgb '#c0392b' title 'an inference thread preempted'";
+        gp << "\n";
+        gp.send1d(tokens);
+        if (!ticks.empty()) gp.send1d(ticks);
+    });
+}
+
+// Paper Fig. 9: each decode step's time stacked by kind — weight MatMuls, attention (KQ,
+// softmax, KQV or flash attention: the nodes that grow with the context), every other
+// operator, and the call's time outside operators — over the run's decode calls.
+template <class Draw>
+void draw_steps_figure(const fs::path& path, Draw& draw) {
+    store::Database db(path, store::Database::Mode::ReadOnly);
+    store::Statement st(db.handle(),
+                        "SELECT c.call, c.dur_ns, sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') AND NOT t.attention THEN "
+                        "t.dur_ns ELSE 0 END), sum(CASE WHEN t.attention THEN t.dur_ns ELSE 0 END), coalesce(sum(t.dur_ns), 0) "
+                        "FROM calls c LEFT JOIN node_times t ON t.call = c.call WHERE c.phase = 'decode' GROUP BY c.call "
+                        "ORDER BY c.call");
+    // step, then the cumulative tops: weight MatMul, + attention, + other operators, + outside operators
+    std::vector<std::tuple<int, double, double, double, double>> rows;
+    while (st.step()) {
+        const double call = st.column_int(1) / 1e6, mm = st.column_double(2) / 1e6, att = st.column_double(3) / 1e6,
+                     op = st.column_double(4) / 1e6;
+        rows.emplace_back(int(rows.size()) + 1, mm, mm + att, op, std::max(op, call));
+    }
+    if (rows.size() < 2 || std::get<3>(rows.back()) <= 0) return;
+    draw("tokens", "Each decode step's time by kind of operator (" + std::to_string(rows.size()) + " steps)", [&](Gnuplot& gp) {
+        gp << "set xlabel 'decode step'\nset ylabel 'time per decode step (ms)'\nset yrange [0:*]\nset key above horizontal\n"
+              "plot '-' using 1:4:5 with filledcurves fs solid 0.6 lc rgb '#d5d8dc' title 'outside operators', "
+              "'-' using 1:3:4 with filledcurves fs solid 0.8 lc rgb '#7dcea0' title 'other operators', "
+              "'-' using 1:2:3 with filledcurves fs solid 0.8 lc rgb '#c0392b' title 'attention (KQ, softmax, KQV or flash)', "
+              "'-' using 1:(0):2 with filledcurves fs solid 0.8 lc rgb '#2874a6' title 'weight MatMuls'\n";
+        for (int k = 0; k < 4; ++k) gp.send1d(rows);
+    });
+}
+
+template <class Draw>
+void draw_expert_figures(const fs::path& db, Draw& draw) {
+    const auto steps = stats_table(db, "expert-step").to_json();
+    if (steps.empty()) return;
+    std::map<std::pair<int, int>, double> per_layer;  // (expert, layer) → decode steps that used it
+    std::vector<std::pair<int, int>> layer0;          // (step, expert)
+    int n_steps = 0;
+    for (const auto& r : steps) {
+        const int step = r["step"].get<int>(), layer = r["layer"].get<int>(), e = r["expert"].get<int>();
+        per_layer[{e, layer}] += 1;
+        if (layer == 0) layer0.emplace_back(step, e);
+        n_steps = std::max(n_steps, step);
+    }
+    draw("experts", "Decode steps that used each expert, per layer (" + std::to_string(n_steps) + " steps)", [&](Gnuplot& gp) {
+        gp << "set xlabel 'expert'\nset ylabel 'layer'\nset cblabel 'decode steps'\nunset grid\n"
+              "set palette defined (0 'white', 1 '#c0392b')\nset cbrange [0:*]\n"
+              "plot '-' using 1:2:3:4:5 with boxxyerror fs solid noborder lc palette notitle\n";
+        std::vector<std::tuple<int, int, double, double, double>> boxes;
+        for (const auto& [el, v] : per_layer) boxes.emplace_back(el.first, el.second, 0.5, 0.5, v);
+        gp.send1d(boxes);
+    });
+    draw("experts-steps", "Layer 0: the experts each decode step used", [&](Gnuplot& gp) {
+        gp << "set xlabel 'decode step'\nset ylabel 'expert (layer 0)'\nunset grid\nunset key\n"
+              "plot '-' using 1:2:(0.5):(0.45) with boxxyerror fs solid noborder lc rgb '#2874a6'\n";
+        gp.send1d(layer0);
+    });
+    const auto calls = stats_table(db, "expert-call").to_json();
+    std::vector<std::tuple<double, double>> warm_reuse, cold_reuse, warm_faults, cold_faults;
+    for (const auto& r : calls) {
+        if (r["phase"] != "decode" || r["node"] != "ffn_moe_up") continue;
+        const bool cold = num(r["first_uses"]) > 0;
+        const double ms = num(r["time_us"]) / 1e3;
+        if (r["mean_reuse_distance"].is_number()) (cold ? cold_reuse : warm_reuse).emplace_back(num(r["mean_reuse_distance"]), ms);
+        if (r["major_faults"].is_number()) (cold ? cold_faults : warm_faults).emplace_back(num(r["major_faults"]), ms);
+    }
+    auto scatter = [&](const std::string& id, const std::string& title, const std::string& xlabel, const auto& warm,
+                       const auto& cold) {
+        if (warm.empty() && cold.empty()) return;
+        draw(id, title, [&](Gnuplot& gp) {
+            gp << "set xlabel " << gnuplot_quote(xlabel) << "\nset ylabel 'ffn_moe_up time per call (ms)'\nset logscale y\n";
+            std::string plot = "plot ";
+            if (!warm.empty())
+                plot += "'-' using 1:2 with points pt 7 ps 0.5 lc rgb '#2874a6' title " +
+                        gnuplot_quote("steady state (every expert used before)");
+            if (!cold.empty())
+                plot += std::string(warm.empty() ? "" : ", ") + "'-' using 1:2 with points pt 6 ps 0.8 lc rgb '#c0392b' title " +
+                        gnuplot_quote("cold (an expert's first use)");
+            gp << plot << "\n";
+            if (!warm.empty()) gp.send1d(warm);
+            if (!cold.empty()) gp.send1d(cold);
+        });
+    };
+    scatter("experts-reuse", "MoE operator time vs its experts' mean reuse distance (ffn_moe_up, every layer, decode)",
+            "mean reuse distance of the call's experts (llama_decode calls)", warm_reuse, cold_reuse);
+    scatter("experts-faults", "MoE operator time vs major page faults (ffn_moe_up, every layer, decode)",
+            "major faults in the call's ffn_moe_up (all threads)", warm_faults, cold_faults);
+}
 
 }  // namespace
 
@@ -65,7 +203,7 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
     });
 }
 
-const std::vector<std::string> kFigureKinds = {"timeline", "op_types", "tokens", "threads", "roofline", "experts"};
+const std::vector<std::string> kFigureKinds = {"timeline", "op_types", "tokens", "threads", "roofline", "experts", "latency"};
 
 void check_figure_kinds(const std::vector<std::string>& kinds) {
     for (const auto& k : kinds)
@@ -109,21 +247,8 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
         });
     }
 
-    // Per call: duration, MatMul and attention parts (paper Fig. 9).
-    auto by_call = wanted("tokens") ? stats_table(db, "token").to_json() : nlohmann::json::array();
-    std::vector<std::tuple<int, double, double, double>> calls;
-    for (const auto& r : by_call)
-        if (r["phase"] == "decode") calls.emplace_back(r["call"].get<int>(), num(r["ms"]), num(r["mul_mat_ms"]), num(r["attention_ms"]));
-    if (!calls.empty()) {
-        draw("tokens", "Decode calls: time per call, MatMul and attention parts", [&](Gnuplot& gp) {
-            gp << "set xlabel 'llama_decode call (decode step)'\nset ylabel 'time per call (ms)'\nset yrange [0:*]\n"
-                  "plot '-' using 1:2 with lines lw 2 title 'TPOT', '-' using 1:3 with lines title 'MUL_MAT', "
-                  "'-' using 1:4 with lines title 'attention (KQ + KQV or flash)'\n";
-            gp.send1d(calls);
-            gp.send1d(calls);
-            gp.send1d(calls);
-        });
-    }
+    // Paper Fig. 9: per decode step, its time stacked by kind of operator.
+    if (wanted("tokens")) draw_steps_figure(db, draw);
 
     // Compute vs wait per op type and thread (paper Fig. 6).
     auto by_thread = wanted("threads") ? stats_table(db, "thread").to_json() : nlohmann::json::array();
@@ -180,21 +305,11 @@ std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const 
         }
     }
 
-    // Expert activations: calls that used each expert, per layer (paper Fig. 13).
-    auto experts = wanted("experts") ? stats_table(db, "expert").to_json() : nlohmann::json::array();
-    if (!experts.empty()) {
-        std::vector<std::tuple<int, int, double>> cells;
-        for (const auto& r : experts)
-            if (r["node"] == "ffn_moe_up") cells.emplace_back(r["expert"].get<int>(), r["layer"].get<int>(), num(r["activations"]));
-        if (!cells.empty())
-            draw("experts", "Expert activations per layer (ffn_moe_up)", [&](Gnuplot& gp) {
-                gp << "set xlabel 'expert'\nset ylabel 'layer'\nset cblabel 'calls'\nset palette defined (0 'white', 1 '#c0392b')\n"
-                      "plot '-' using 1:2:3:4:5 with boxxyerror fs solid lc palette notitle\n";
-                std::vector<std::tuple<int, int, double, double, double>> boxes;
-                for (auto [e, l, v] : cells) boxes.emplace_back(e, l, 0.5, 0.5, v);
-                gp.send1d(boxes);
-            });
-    }
+    // Paper Fig. 8: latency over the run with the scheduler's preemptions.
+    if (wanted("latency")) draw_latency_figure(db, draw);
+
+    // Paper Fig. 13, from a MoE run's expert records.
+    if (wanted("experts")) draw_expert_figures(db, draw);
     for (const auto& f : figs)
         if (!fs::exists(f.png) || !fs::exists(f.svg)) throw Error("gnuplot did not write " + f.png.string());
     return figs;

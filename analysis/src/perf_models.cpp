@@ -484,9 +484,12 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     out["moe"] = nlohmann::json::array();
     const fs::path moe = results_dir / "moe-experts";
     if (fs::exists(moe / "points.csv")) {
-        md << "ffn_moe_up, every layer, decode calls with a reuse distance; Pearson r with its 95 % interval (Fisher z).\n\n"
-           << "| point | type | memory limit | pairs | r (reuse distance, time) | major faults on MoE MatMuls | r (major faults, time) |\n"
-           << "|---|---|---|---|---|---|---|\n";
+        md << "ffn_moe_up, every layer, steady-state decode calls (every expert of the call used before: the cold "
+              "calls, in which some expert ran for the first time, are counted apart); Pearson r with its 95 % interval "
+              "(Fisher z).\n\n"
+           << "| point | type | memory limit | pairs | cold calls apart | r (reuse distance, time) | major faults on MoE "
+              "MatMuls | r (major faults, time) |\n"
+           << "|---|---|---|---|---|---|---|---|\n";
         const Table pts = read_table(moe / "points.csv");
         for (const auto& p : pts.rows) {
             const std::string id = text(p[pts.column("id")]);
@@ -495,9 +498,12 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
             const Table t = read_table(f);
             std::vector<double> dist, time_us, fault_t, faults;
             double all_faults = 0;
+            int cold = 0;
             bool have_faults = std::find(t.columns.begin(), t.columns.end(), "major_faults") != t.columns.end();
             for (const auto& r : t.rows) {
-                const bool up = r[t.column("node")] == "ffn_moe_up" && r[t.column("phase")] == "decode";
+                const bool decode_up = r[t.column("node")] == "ffn_moe_up" && r[t.column("phase")] == "decode";
+                const bool up = decode_up && r[t.column("first_uses")].is_number() && r[t.column("first_uses")].get<double>() == 0;
+                cold += decode_up && !up;
                 if (have_faults && r[t.column("major_faults")].is_number()) {
                     const double mf = r[t.column("major_faults")].get<double>();
                     all_faults += mf;
@@ -508,7 +514,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
                         time_us.push_back(r[t.column("time_us")].get<double>());
             }
             nlohmann::json e{{"point", id}, {"type", text(p[pts.column("type")])}, {"memory_limit", text(p[pts.column("mem")])},
-                             {"node", "ffn_moe_up"}};
+                             {"node", "ffn_moe_up"}, {"cold_calls", cold}};
             auto corr = [&](const std::vector<double>& x, const std::vector<double>& y, const char* key) -> std::string {
                 try {
                     const Correlation c = pearson(x, y);
@@ -523,7 +529,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
             if (have_faults) e["major_faults_moe_nodes"] = all_faults;
             out["moe"].push_back(e);
             md << "| " << id << " | " << e["type"].get<std::string>() << " | " << e["memory_limit"].get<std::string>() << " | "
-               << dist.size() << " | " << rd << " | " << (have_faults ? fmt(all_faults, "%.0f") : "–") << " | " << rf << " |\n";
+               << dist.size() << " | " << cold << " | " << rd << " | " << (have_faults ? fmt(all_faults, "%.0f") : "–") << " | " << rf << " |\n";
         }
     } else {
         md << "No moe-experts study in " << results_dir.string() << ".\n";

@@ -269,6 +269,15 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "SELECT dist, count(*), (SELECT count(*) FROM dc), (SELECT count(DISTINCT layer) FROM x) FROM d "
                     "WHERE dist IS NOT NULL GROUP BY dist ORDER BY dist");
     }
+    if (by == "expert-step") {
+        // Which experts each layer used at each decode step (the activation heat map of
+        // Fig. 13): one row per (step, layer, expert), steps numbered from 1 over decode calls.
+        return rows({"step", "call", "layer", "expert"},
+                    "WITH dc AS (SELECT call, row_number() OVER (ORDER BY call) AS step FROM calls WHERE phase = "
+                    "'decode') "
+                    "SELECT DISTINCT dc.step, dc.call, u.layer, u.expert FROM expert_uses u JOIN dc ON dc.call = u.call "
+                    "ORDER BY dc.step, u.layer, u.expert");
+    }
     if (by == "expert-call") {
         // Paper Fig. 13 per point in time: each MoE node (MUL_MAT_ID) of each call, its time,
         // the experts it activated and their mean reuse distance (calls since the same node
@@ -329,7 +338,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         }
         return t;
     }
-    throw Error("--by is op-type, op, token, thread, expert, expert-reuse, expert-call or matmul, not '" + by + "'");
+    throw Error("--by is op-type, op, token, thread, expert, expert-reuse, expert-step, expert-call or matmul, not '" + by + "'");
 }
 
 }  // namespace profinfer

@@ -164,28 +164,58 @@ private:
     sqlite3* db_ = nullptr;
 };
 
-// The CPU a point's hog occupies ("cpu1" → 1), or -1 for none.
-int hog_cpu(const SweepPoint& p) {
+// A point's hog: "none", "cpuN" (CPU N for the whole point) or "cpuN@S-E" (CPU N from S to
+// E seconds after the point's command starts: paper Fig. 8's before / during / after).
+struct Hog {
+    int cpu = -1;  // -1: none
+    double start_s = 0, stop_s = -1;  // stop_s < 0: until the point ends
+    std::string text() const {
+        if (cpu < 0) return "";
+        char b[128];
+        if (stop_s < 0) std::snprintf(b, sizeof b, "pinned to CPU %d", cpu);
+        else std::snprintf(b, sizeof b, "pinned to CPU %d from %g s to %g s after the start", cpu, start_s, stop_s);
+        return b;
+    }
+};
+
+Hog point_hog(const SweepPoint& p) {
     const std::string& h = p.at("hog");
-    if (h == "none") return -1;
-    if (h.rfind("cpu", 0) != 0 || h.size() == 3 || h.find_first_not_of("0123456789", 3) != std::string::npos)
-        throw Error("hog is none or cpuN, not '" + h + "'");
-    return std::stoi(h.substr(3));
+    Hog hog;
+    if (h == "none") return hog;
+    int cpu = -1, used = 0;
+    double a = 0, b = 0;
+    if (std::sscanf(h.c_str(), "cpu%d%n", &cpu, &used) == 1 && cpu >= 0 && size_t(used) == h.size()) return hog.cpu = cpu, hog;
+    if (std::sscanf(h.c_str(), "cpu%d@%lf-%lf%n", &cpu, &a, &b, &used) == 3 && cpu >= 0 && size_t(used) == h.size() &&
+        a >= 0 && b > a && b < 3600)
+        return Hog{cpu, a, b};
+    throw Error("hog is none, cpuN or cpuN@START-STOP (seconds after the point starts, e.g. cpu1@4-8), not '" + h + "'");
 }
 
-// Paper Fig. 8's interference: a process of higher priority (nice -10) that burns CPU
-// CPU for as long as the point runs. Killed by the caller, or when the runner dies.
-pid_t start_hog(int cpu) {
+// Paper Fig. 8's interference: a process named profinfer-hog (so the trace's scheduler
+// events name it) of higher priority (nice -10) that burns CPU HOG.cpu, for the whole point
+// or for its window. Killed by the caller, or when the runner dies.
+pid_t start_hog(const Hog& hog) {
     pid_t pid = fork();
     if (pid < 0) throw Error(std::string("cannot start the CPU hog: ") + strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        prctl(PR_SET_NAME, "profinfer-hog");
         cpu_set_t set;
         CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
+        CPU_SET(hog.cpu, &set);
         sched_setaffinity(0, sizeof set, &set);
         setpriority(PRIO_PROCESS, 0, -10);
-        for (;;) asm volatile("" ::: "memory");  // spin
+        const auto t0 = std::chrono::steady_clock::now();
+        auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+        if (hog.start_s > 0) {
+            const auto ns = int64_t(hog.start_s * 1e9);
+            struct timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+            }
+        }
+        while (hog.stop_s < 0 || since() < hog.stop_s)
+            for (int i = 0; i < 1000000; ++i) asm volatile("" ::: "memory");  // spin
+        _exit(0);
     }
     return pid;
 }
@@ -270,7 +300,7 @@ fs::path self_executable() {
 }
 
 std::string missing_for(const SweepPoint& p, bool install) {
-    if (int cpu = hog_cpu(p); cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
+    if (int cpu = point_hog(p).cpu; cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
         return "a hog on CPU " + std::to_string(cpu) + ", but this machine has " +
                std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs";
     const std::string backend = p.at("backend");
@@ -379,7 +409,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                                   : "program " + p.at("program"))
                           << (p.at("tracer") != "level" ? "\n    tracer: " + p.at("tracer") : std::string())
                           << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
-                          << (hog_cpu(p) >= 0 ? "\n    beside a CPU hog at nice -10 pinned to CPU " + std::to_string(hog_cpu(p))
+                          << (point_hog(p).cpu >= 0 ? "\n    beside a CPU hog at nice -10 " + point_hog(p).text()
                                               : std::string())
                           << (p.at("mem") != "none" ? "\n    in a memory cgroup limited to " + p.at("mem") +
                                                           " (record --memory-limit), the model dropped from the page cache first"
@@ -454,8 +484,8 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             for (const auto& [k, v] : env) shown += k + "=" + shell_quote(v) + " ";
             shown += shell_command(on_board(opt, w.program));
             index.put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
-            const int hog = hog_cpu(p);
-            const pid_t hog_pid = hog >= 0 ? start_hog(hog) : -1;
+            const Hog hog = point_hog(p);
+            const pid_t hog_pid = hog.cpu >= 0 ? start_hog(hog) : -1;
             ProcessResult r;
             const double cpu_before = children_cpu_s();
             double cpu_s = 0;  // the run's, bpftrace beside it included; the hog's not (not yet waited for)

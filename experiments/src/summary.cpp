@@ -22,6 +22,7 @@
 #include "profinfer/intervals.h"
 #include "profinfer/tracing_cost.h"
 #include "profinfer/plotter.h"
+#include "profinfer/regression.h"
 #include "profinfer/timeline.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
@@ -130,6 +131,44 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                 : nlohmann::json(nullptr);
     }
     {
+        // Paper Fig. 8 before / during / after: the hog's window as the trace sees it (the first
+        // and last scheduler event naming profinfer-hog, the runner's hog), and decode speed
+        // (1000 / median time per decode call, as decode_tps) of the calls that began before,
+        // inside and after it. Null without a hog in the trace.
+        store::Statement w(db.handle(), "SELECT min(ts_ns), max(ts_ns) FROM sched_switch WHERE next_comm = "
+                                        "'profinfer-hog' OR prev_comm = 'profinfer-hog'");
+        w.step();
+        for (const char* part : {"before", "during", "after"}) m[std::string("decode_tps_") + part + "_hog"] = nullptr;
+        if (!w.column_is_null(0)) {
+            const int64_t a = w.column_int(0), b = w.column_int(1);
+            std::vector<double> tpot[3];
+            store::Statement st(db.handle(), "SELECT start_ns, dur_ns FROM calls WHERE phase = 'decode'");
+            while (st.step()) tpot[st.column_int(0) < a ? 0 : st.column_int(0) <= b ? 1 : 2].push_back(st.column_int(1) / 1e6);
+            const char* parts[] = {"before", "during", "after"};
+            for (int k = 0; k < 3; ++k)
+                if (!tpot[k].empty()) m[std::string("decode_tps_") + parts[k] + "_hog"] = number_or_null(1000.0 / median_of(tpot[k]));
+        }
+    }
+    {
+        // Paper Fig. 9 within one generation: attention time per decode step at the end of the
+        // run (its last tenth of decode calls, median) over the start (first tenth), and the
+        // same for the weight MatMuls. Null under 20 decode calls with operator records.
+        std::vector<double> att, mm;
+        store::Statement st(db.handle(),
+                            "SELECT sum(CASE WHEN attention THEN dur_ns ELSE 0 END), sum(CASE WHEN op IN ('MUL_MAT', "
+                            "'MUL_MAT_ID') AND NOT attention THEN dur_ns ELSE 0 END) FROM node_times WHERE phase = 'decode' "
+                            "GROUP BY call ORDER BY call");
+        while (st.step()) att.push_back(st.column_double(0)), mm.push_back(st.column_double(1));
+        auto growth = [](const std::vector<double>& v) -> nlohmann::json {
+            if (v.size() < 20) return nullptr;
+            const size_t tenth = v.size() / 10;
+            const double first = median_of({v.begin(), v.begin() + long(tenth)}), last = median_of({v.end() - long(tenth), v.end()});
+            return first > 0 ? nlohmann::json(last / first) : nlohmann::json(nullptr);
+        };
+        m["attention_growth_ratio"] = growth(att);
+        m["weight_matmul_growth_ratio"] = growth(mm);
+    }
+    {
         // Paper Fig. 7: the share of decode call time that belongs to a non-CPU backend
         // (Vulkan here): its graphs (recording and submitting: ggml-vulkan computes
         // asynchronously) and the backend synchronizes that wait for the device. Null when
@@ -203,6 +242,21 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         m["moe_major_faults_per_token"] =
             moe && !st.column_is_null(3) ? nlohmann::json(st.column_double(3) / calls) : nlohmann::json(nullptr);
         m["moe_first_call_major_faults"] = st.column_is_null(4) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(4));
+        // Fig. 13's own relation, per run: Pearson r of ffn_moe_up's time against its experts'
+        // mean reuse distance over the steady-state decode calls (no expert used for the first time).
+        m["moe_reuse_time_r"] = nullptr;
+        if (moe) {
+            std::vector<double> dist, us;
+            for (const auto& r : stats_table(path, "expert-call").to_json())
+                if (r["phase"] == "decode" && r["node"] == "ffn_moe_up" && r["first_uses"] == 0 &&
+                    r["mean_reuse_distance"].is_number())
+                    dist.push_back(r["mean_reuse_distance"].get<double>()), us.push_back(r["time_us"].get<double>());
+            try {
+                m["moe_reuse_time_r"] = pearson(dist, us).r;
+            } catch (const Error&) {
+                // too few steady-state calls, or no variation: no r
+            }
+        }
     }
     {
         // Paper Fig. 6 from the exact split (--wait exact: a probe on every barrier): the
@@ -233,11 +287,13 @@ const std::vector<MetricInfo> kMetrics = {
     {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"},
     {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
     {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
-    {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"},
+    {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"}, {"moe_reuse_time_r", "r"},
     {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"},
     {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
     {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"},
-    {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"}};
+    {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},
+    {"attention_growth_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
+    {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {
     static const std::string none;

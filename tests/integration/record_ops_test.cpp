@@ -10,6 +10,8 @@
 #include <map>
 #include <set>
 
+#include "profinfer/machine_bench.h"
+#include "profinfer/roofline.h"
 #include "profinfer/run_summary.h"
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -431,4 +433,34 @@ TEST(RecordBudget, RecordsWholeCallsOnWindowsAndListsTheRest) {
                                 "SELECT count(*) FROM calls WHERE phase != 'decode' AND ops_traced"))),
               std::string::npos)
         << stat.err;
+}
+
+// Bytes per second no operator can beat: on every tiny architecture's decode, recorded here
+// at --level op, each node's bytes moved over its time stays under this machine's measured
+// memory roof (triad, bench-machine) with 20 % to spare — unless its bytes are labelled an
+// estimate ("upper bound"). Counting a view's whole source (the embedding table behind
+// GET_ROWS, the KV cache behind SET_ROWS) gave 100x the roof.
+TEST(RecordOps, NoOperatorMovesBytesFasterThanTheMemoryRoof) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto b = run({profinfer_bin(), "bench-machine", "--quick", "--threads", "2", "-o", d / "machine.json"});
+    ASSERT_EQ(b.status, 0) << b.err;
+    const MachineBench machine = MachineBench::load(d / "machine.json");
+    const double roof = machine.at(2).triad_gbs;
+    ASSERT_GT(roof, 0);
+    for (const char* card : {"llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "qwen1.5-moe-a2.7b"}) {
+        TempDir r;
+        auto rec = record(r, {"--level", "op"}, {graph_dump_bin(), tiny_model(card), "Hello world", "8", "2"});
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        const Table t = roofline_table(rec.db, machine);
+        int rows = 0;
+        for (const auto& row : t.rows) {
+            const double gbs = row[t.column("gbs")].get<double>();
+            if (row[t.column("bytes_are")] != "moved") continue;
+            EXPECT_LE(gbs, 1.2 * roof) << card << " " << row[t.column("name")] << " (" << row[t.column("op")]
+                                       << "): " << gbs << " GB/s against a triad roof of " << roof << " GB/s";
+            ++rows;
+        }
+        EXPECT_GT(rows, 10) << card;
+    }
 }

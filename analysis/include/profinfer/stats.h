@@ -26,7 +26,7 @@ struct Table {
     size_t column(const std::string& name) const;
 };
 
-// BY: op-type, op, token, thread, expert, expert-call, matmul. Throws profinfer::Error for another.
+// BY: op-type, op, token, thread, expert, expert-reuse, expert-step, expert-call, matmul. Throws profinfer::Error for another.
 Table stats_table(const std::filesystem::path& db, const std::string& by);
 
 // The Wilson score interval of a proportion K/N (95 % at z = 1.96): for shares estimated
