@@ -29,7 +29,7 @@ double num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0
 // which some expert ran for the first time (cold) drawn apart from the steady state.
 // Paper Fig. 8: each decode call's latency over the run, the moments an inference thread
 // lost its CPU while runnable (preempted), and the window in which the runner's hog
-// (profinfer-hog) appears in the scheduler events.
+// (profinfer-hog) ran, as the runner noted it in the trace.
 template <class Draw>
 void draw_latency_figure(const fs::path& path, Draw& draw) {
     store::Database db(path, store::Database::Mode::ReadOnly);
@@ -48,11 +48,9 @@ void draw_latency_figure(const fs::path& path, Draw& draw) {
     store::Statement p(db.handle(), ("SELECT ts_ns FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
                                      std::to_string(pid) + " AND ts_ns >= " + std::to_string(t0) + " ORDER BY ts_ns").c_str());
     while (p.step()) preempted.push_back((p.column_int(0) - t0) / 1e9);
-    store::Statement w(db.handle(), "SELECT min(ts_ns), max(ts_ns) FROM sched_switch WHERE next_comm = 'profinfer-hog' OR "
-                                    "prev_comm = 'profinfer-hog'");
-    w.step();
-    const bool hog = !w.column_is_null(0);
-    const double a = hog ? (w.column_int(0) - t0) / 1e9 : 0, b = hog ? (w.column_int(1) - t0) / 1e9 : 0;
+    const auto w = store::hog_window(db, meta);
+    const bool hog = w.has_value();
+    const double a = hog ? (w->start_ns - t0) / 1e9 : 0, b = hog ? (w->stop_ns - t0) / 1e9 : 0;
     double top = 0;
     for (const auto& [x, ms] : tokens) top = std::max(top, ms);
     draw("latency", "Per-token latency and preemptions of the inference threads (" + std::to_string(tokens.size()) +
@@ -84,16 +82,38 @@ void draw_steps_figure(const fs::path& path, Draw& draw) {
                         "t.dur_ns ELSE 0 END), sum(CASE WHEN t.attention THEN t.dur_ns ELSE 0 END), coalesce(sum(t.dur_ns), 0) "
                         "FROM calls c LEFT JOIN node_times t ON t.call = c.call WHERE c.phase = 'decode' GROUP BY c.call "
                         "ORDER BY c.call");
-    // step, then the cumulative tops: weight MatMul, + attention, + other operators, + outside operators
-    std::vector<std::tuple<int, double, double, double, double>> rows;
+    struct Step {
+        double mm, att, other, outside;
+    };
+    std::vector<Step> steps;
     while (st.step()) {
         const double call = st.column_int(1) / 1e6, mm = st.column_double(2) / 1e6, att = st.column_double(3) / 1e6,
                      op = st.column_double(4) / 1e6;
-        rows.emplace_back(int(rows.size()) + 1, mm, mm + att, op, std::max(op, call));
+        steps.push_back({mm, att, op - mm - att, std::max(0.0, call - op)});
     }
-    if (rows.size() < 2 || std::get<3>(rows.back()) <= 0) return;
-    draw("tokens", "Each decode step's time by kind of operator (" + std::to_string(rows.size()) + " steps)", [&](Gnuplot& gp) {
+    if (steps.size() < 2) return;
+    // Bins of consecutive steps (about 64 bins), each kind's median in the bin: a step the
+    // scheduler delayed does not hide the trend. Then the stack's cumulative tops.
+    const size_t bin = std::max<size_t>(1, steps.size() / 64);
+    std::vector<std::tuple<double, double, double, double, double>> rows;  // mid step, tops
+    for (size_t i = 0; i + bin <= steps.size(); i += bin) {
+        std::vector<double> k[4];
+        for (size_t j = i; j < i + bin; ++j)
+            k[0].push_back(steps[j].mm), k[1].push_back(steps[j].att), k[2].push_back(steps[j].other), k[3].push_back(steps[j].outside);
+        double top[4], sum = 0;
+        for (int c = 0; c < 4; ++c) {
+            std::sort(k[c].begin(), k[c].end());
+            sum += k[c][k[c].size() / 2];
+            top[c] = sum;
+        }
+        rows.emplace_back(double(i) + bin / 2.0 + 1, top[0], top[1], top[2], top[3]);
+    }
+    if (std::get<3>(rows.back()) <= 0) return;
+    const std::string per = bin == 1 ? "" : ", median of each kind per " + std::to_string(bin) + " steps";
+    draw("tokens", "Each decode step's time by kind of operator (" + std::to_string(steps.size()) + " steps" + per + ")",
+         [&](Gnuplot& gp) {
         gp << "set xlabel 'decode step'\nset ylabel 'time per decode step (ms)'\nset yrange [0:*]\nset key above horizontal\n"
+           << "set xrange [1:" << steps.size() << "]\n"
               "plot '-' using 1:4:5 with filledcurves fs solid 0.6 lc rgb '#d5d8dc' title 'outside operators', "
               "'-' using 1:3:4 with filledcurves fs solid 0.8 lc rgb '#7dcea0' title 'other operators', "
               "'-' using 1:2:3 with filledcurves fs solid 0.8 lc rgb '#c0392b' title 'attention (KQ, softmax, KQV or flash)', "
@@ -154,9 +174,9 @@ void draw_expert_figures(const fs::path& db, Draw& draw) {
             if (!cold.empty()) gp.send1d(cold);
         });
     };
-    scatter("experts-reuse", "MoE operator time vs its experts' mean reuse distance (ffn_moe_up, every layer, decode)",
+    scatter("experts-reuse", "ffn_moe_up time vs its experts' mean reuse distance (every layer, decode)",
             "mean reuse distance of the call's experts (llama_decode calls)", warm_reuse, cold_reuse);
-    scatter("experts-faults", "MoE operator time vs major page faults (ffn_moe_up, every layer, decode)",
+    scatter("experts-faults", "ffn_moe_up time vs its major page faults (every layer, decode)",
             "major faults in the call's ffn_moe_up (all threads)", warm_faults, cold_faults);
 }
 

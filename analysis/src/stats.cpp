@@ -256,27 +256,23 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                     "SELECT layer, node, expert, count(*), avg(dist) FROM d GROUP BY layer, node, expert "
                     "ORDER BY layer, node, expert");
     }
+    // Decode's expert uses, one row per (step, call, layer, expert): steps number the decode
+    // calls from 1 (prompt calls, which use nearly every expert, left out).
+    const std::string decode_uses =
+        "WITH dc AS (SELECT call, row_number() OVER (ORDER BY call) AS step FROM calls WHERE phase = 'decode'), "
+        "x AS (SELECT DISTINCT dc.step, dc.call, u.layer, u.expert FROM expert_uses u JOIN dc ON dc.call = u.call) ";
     if (by == "expert-reuse") {
         // The reuse-distance histogram of decode (paper Fig. 13): for each layer and expert,
-        // the decode steps between consecutive uses (a step = one decode call; prompt calls,
-        // which use nearly every expert, are left out), counted over every layer and expert;
+        // the decode steps between consecutive uses, counted over every layer and expert;
         // `steps` and `layers` are what a prediction for iid routing needs.
         return rows({"distance", "reuses", "steps", "layers"},
-                    "WITH dc AS (SELECT call, row_number() OVER (ORDER BY call) AS step FROM calls WHERE phase = "
-                    "'decode'), "
-                    "x AS (SELECT DISTINCT u.layer, u.expert, dc.step FROM expert_uses u JOIN dc ON dc.call = u.call), "
-                    "d AS (SELECT step - lag(step) OVER (PARTITION BY layer, expert ORDER BY step) AS dist FROM x) "
-                    "SELECT dist, count(*), (SELECT count(*) FROM dc), (SELECT count(DISTINCT layer) FROM x) FROM d "
-                    "WHERE dist IS NOT NULL GROUP BY dist ORDER BY dist");
+                    decode_uses + ", d AS (SELECT step - lag(step) OVER (PARTITION BY layer, expert ORDER BY step) AS dist "
+                                  "FROM x) SELECT dist, count(*), (SELECT count(*) FROM dc), (SELECT count(DISTINCT layer) "
+                                  "FROM x) FROM d WHERE dist IS NOT NULL GROUP BY dist ORDER BY dist");
     }
     if (by == "expert-step") {
-        // Which experts each layer used at each decode step (the activation heat map of
-        // Fig. 13): one row per (step, layer, expert), steps numbered from 1 over decode calls.
-        return rows({"step", "call", "layer", "expert"},
-                    "WITH dc AS (SELECT call, row_number() OVER (ORDER BY call) AS step FROM calls WHERE phase = "
-                    "'decode') "
-                    "SELECT DISTINCT dc.step, dc.call, u.layer, u.expert FROM expert_uses u JOIN dc ON dc.call = u.call "
-                    "ORDER BY dc.step, u.layer, u.expert");
+        // Which experts each layer used at each decode step (the activation heat map of Fig. 13).
+        return rows({"step", "call", "layer", "expert"}, decode_uses + "SELECT step, call, layer, expert FROM x ORDER BY step, layer, expert");
     }
     if (by == "expert-call") {
         // Paper Fig. 13 per point in time: each MoE node (MUL_MAT_ID) of each call, its time,

@@ -485,6 +485,12 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             shown += shell_command(on_board(opt, w.program));
             index.put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
             const Hog hog = point_hog(p);
+            auto monotonic_ns = [] {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+            };
+            const int64_t hog_t0 = monotonic_ns();  // the hog counts its window from its fork
             const pid_t hog_pid = hog.cpu >= 0 ? start_hog(hog) : -1;
             ProcessResult r;
             const double cpu_before = children_cpu_s();
@@ -502,6 +508,9 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             }
             if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
             const double ended = now_s();
+            if (hog_pid > 0 && r.status == 0 && w.traced)  // the trace says when the hog ran (Fig. 8)
+                store::note_hog_window(db, {hog_t0 + int64_t(hog.start_s * 1e9),
+                                            hog.stop_s < 0 ? monotonic_ns() : hog_t0 + int64_t(hog.stop_s * 1e9)});
             if (r.status == 0) {
                 index.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
                 index.set_cpu(p, round, cpu_s);

@@ -131,16 +131,13 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                 : nlohmann::json(nullptr);
     }
     {
-        // Paper Fig. 8 before / during / after: the hog's window as the trace sees it (the first
-        // and last scheduler event naming profinfer-hog, the runner's hog), and decode speed
-        // (1000 / median time per decode call, as decode_tps) of the calls that began before,
-        // inside and after it. Null without a hog in the trace.
-        store::Statement w(db.handle(), "SELECT min(ts_ns), max(ts_ns) FROM sched_switch WHERE next_comm = "
-                                        "'profinfer-hog' OR prev_comm = 'profinfer-hog'");
-        w.step();
+        // Paper Fig. 8 before / during / after: the hog's window (noted in the trace by the
+        // runner), and decode speed (1000 / median time per decode call, as decode_tps) of the
+        // calls that began before, inside and after it. Null without a hog.
+        const auto w = store::hog_window(db, db.meta());
         for (const char* part : {"before", "during", "after"}) m[std::string("decode_tps_") + part + "_hog"] = nullptr;
-        if (!w.column_is_null(0)) {
-            const int64_t a = w.column_int(0), b = w.column_int(1);
+        if (w) {
+            const int64_t a = w->start_ns, b = w->stop_ns;
             std::vector<double> tpot[3];
             store::Statement st(db.handle(), "SELECT start_ns, dur_ns FROM calls WHERE phase = 'decode'");
             while (st.step()) tpot[st.column_int(0) < a ? 0 : st.column_int(0) <= b ? 1 : 2].push_back(st.column_int(1) / 1e6);

@@ -143,12 +143,13 @@ std::string Statement::column_text(int i) const {
 bool Statement::column_is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
 
 Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
-    if (mode == Mode::ReadOnly && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
+    if (mode != Mode::Create && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
     // A connection is used by one thread at a time: no per-call mutex (measured in the
     // recorder's writer: 6.5 % of its CPU went to pthread_mutex_lock/unlock).
     writer_ = mode == Mode::Create;
     int flags = SQLITE_OPEN_NOMUTEX | (mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
-                                                              : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW));
+                                       : mode == Mode::Annotate ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW)
+                                                                : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW));
     auto open = [&](const std::string& name, int extra) {
         if (sqlite3_open_v2(name.c_str(), &db_, flags | extra, nullptr) != SQLITE_OK) {
             std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
@@ -242,6 +243,17 @@ void Database::exec(const std::string& sql) {
 int64_t Database::scalar(const std::string& sql) {
     Statement st(db_, sql.c_str());
     return st.step() ? st.column_int(0) : 0;
+}
+
+std::optional<HogWindow> hog_window(const Database& db, const std::map<std::string, std::string>& meta) {
+    if (!meta.count("hog_start_ns") || !meta.count("hog_stop_ns")) return std::nullopt;
+    return HogWindow{meta_integer(db, meta, "hog_start_ns"), meta_integer(db, meta, "hog_stop_ns")};
+}
+
+void note_hog_window(const std::filesystem::path& trace, const HogWindow& w) {
+    Database db(trace, Database::Mode::Annotate);
+    db.set_meta("hog_start_ns", std::to_string(w.start_ns));
+    db.set_meta("hog_stop_ns", std::to_string(w.stop_ns));
 }
 
 void Database::set_meta(const std::string& key, const std::string& value) {

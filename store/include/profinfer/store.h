@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,8 @@ private:
 
 class Database {
 public:
-    enum class Mode { ReadOnly, Create };
+    // Annotate: an existing trace opened to add meta keys after its recording (set_meta).
+    enum class Mode { ReadOnly, Create, Annotate };
     Database(const std::filesystem::path& path, Mode mode);
     ~Database();
     Database(const Database&) = delete;
@@ -103,6 +105,14 @@ RunHealth run_health(Database& db);
 // lost_events' kind for operator records of the graph under way when recording stopped
 // (an interrupted attach): cut at the end, not lost to a full ring buffer.
 inline constexpr const char* kOpsCutAtEnd = "op_cut_at_end";
+// Paper Fig. 8's interfering task, as the experiment runner notes it in the trace after the
+// run (meta keys hog_start_ns / hog_stop_ns, the tracer's clock: CLOCK_MONOTONIC): when the
+// CPU hog ran. Empty without a hog.
+struct HogWindow {
+    int64_t start_ns = 0, stop_ns = 0;
+};
+std::optional<HogWindow> hog_window(const Database& db, const std::map<std::string, std::string>& meta);
+void note_hog_window(const std::filesystem::path& trace, const HogWindow& w);
 // META[KEY] as an integer; an error naming the database and the key when it is not one.
 int64_t meta_integer(const Database& db, const std::map<std::string, std::string>& meta, const std::string& key);
 // One line for stderr when the run is not complete or lost anything, else empty.
