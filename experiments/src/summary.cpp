@@ -899,6 +899,13 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                 for (const auto& [name, by_x] : series)
                     cmd += std::string(k++ ? ", " : "") + "'-' using 1:2:3:4 with yerrorlines lw 2 pt 7 title " +
                            gnuplot_quote(name);
+                // Paper Fig. 11: the weight stream against the machine's measured triad roof.
+                std::vector<std::pair<double, double>> roof;
+                if (metric == "weight_stream_gbs" && spec.x == "threads")
+                    for (const auto& x : xs)
+                        if (const double r = triad_gbs(machine_json(out_dir), std::stoi(x)); r > 0) roof.emplace_back(std::stod(x), r);
+                if (!roof.empty())
+                    cmd += ", '-' using 1:2 with linespoints dt 2 lw 2 pt 6 lc rgb 'black' title 'triad roof (bench-machine, same threads)'";
                 gp << cmd << "\n";
                 for (const auto& [name, by_x] : series) {
                     std::vector<std::tuple<double, double, double, double>> pts;
@@ -910,6 +917,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                         }
                     gp.send1d(pts);
                 }
+                if (!roof.empty()) gp.send1d(roof);
             } else {
                 // Categories: clustered bars, one per series, with the interval as an error bar.
                 gp << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
