@@ -53,21 +53,28 @@ void draw_latency_figure(const fs::path& path, Draw& draw) {
     const double a = hog ? (w->start_ns - t0) / 1e9 : 0, b = hog ? (w->stop_ns - t0) / 1e9 : 0;
     double top = 0;
     for (const auto& [x, ms] : tokens) top = std::max(top, ms);
+    // Preemptions per decode call: those between its start and the next call's.
+    std::vector<std::pair<double, double>> per_call;
+    size_t k = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const double end = i + 1 < tokens.size() ? tokens[i + 1].first : INFINITY;
+        int n = 0;
+        while (k < preempted.size() && preempted[k] < end) n += preempted[k++] >= tokens[i].first;
+        per_call.emplace_back(tokens[i].first, n);
+    }
     draw("latency", "Per-token latency and preemptions of the inference threads (" + std::to_string(tokens.size()) +
                         " decode calls)", [&](Gnuplot& gp) {
         gp << "set xlabel 'time since the first decode call (s)'\nset ylabel 'decode call latency (ms)'\nset key above horizontal\n"
-           << "set yrange [0:" << top * 1.25 << "]\n";
+           << "set yrange [0:" << top * 1.25 << "]\nset y2label 'preemptions of inference threads in the call'\n"
+              "set y2range [0:*]\nset y2tics\nset ytics nomirror\n";
         if (hog)
             gp << "set object 1 rect from " << a << ", graph 0 to " << b
                << ", graph 1 behind fc rgb '#f9e79f' fs solid 0.5 noborder\n"
                   "set label 1 'hog (profinfer-hog, nice -10) runs' at " << (a + b) / 2 << ", graph 0.95 center\n";
-        std::vector<std::pair<double, double>> ticks;
-        for (double x : preempted) ticks.emplace_back(x, top * 1.15);
-        gp << "plot '-' using 1:2 with linespoints pt 7 ps 0.4 lc rgb '#2874a6' title 'decode call latency'";
-        if (!ticks.empty()) gp << ", '-' using 1:2 with points pt 9 ps 0.6 lc rgb '#c0392b' title 'an inference thread preempted'";
-        gp << "\n";
+        gp << "plot '-' using 1:2 axes x1y2 with impulses lw 1 lc rgb '#c0392b' title 'preemptions in the call (right axis)', "
+              "'-' using 1:2 with linespoints pt 7 ps 0.4 lc rgb '#2874a6' title 'decode call latency'\n";
+        gp.send1d(per_call);
         gp.send1d(tokens);
-        if (!ticks.empty()) gp.send1d(ticks);
     });
 }
 
