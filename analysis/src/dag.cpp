@@ -59,13 +59,16 @@ Dag Dag::filtered(std::optional<int> layer, const std::string& block) const {
         for (const auto& n : nodes) max_layer = std::max(max_layer, n.layer);
         L = max_layer / 2;
     }
-    const std::string split = "ffn_inp-" + std::to_string(L);
+    // The attention block ends at the residual ADD that closes it: ffn_inp-L in LLaMA, Qwen
+    // and the MoE models, sa_out-L in Gemma 2 (after its post-attention norm), so every
+    // architecture's block has the same boundaries (attention norm → that ADD).
+    const std::string L_ = "-" + std::to_string(L);
     int first = -1, last = -1, split_at = -1;
     for (const auto& n : nodes)
         if (n.layer == L) {
             if (first < 0) first = n.index;
             last = n.index;
-            if (n.name == split && split_at < 0) split_at = n.index;
+            if (split_at < 0 && (n.name == "ffn_inp" + L_ || n.name == "sa_out" + L_)) split_at = n.index;
         }
     if (first < 0) throw Error("no nodes of layer " + std::to_string(L) + " in this call");
     int from = first, to = last;

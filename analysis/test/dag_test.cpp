@@ -59,6 +59,31 @@ TEST_P(DagOf, IsAcyclicWithOneProducerPerSource) {
     EXPECT_FALSE(attn.edges.empty());
 }
 
+// Paper Fig. 3/4: the attention block has the same boundaries in every architecture, from
+// the attention norm to the residual ADD closing it (Gemma 2 names it sa_out, after its
+// post-attention norm; the others ffn_inp), so Gemma's extra operators show as extra nodes
+// rather than as the whole FFN block running on.
+TEST(Dag, AttentionBlockRunsFromTheNormToTheResidualAddInEveryArchitecture) {
+    std::map<std::string, size_t> size;
+    for (const char* card : {"llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "qwen1.5-moe-a2.7b"}) {
+        SCOPED_TRACE(card);
+        TraceGraphs trace(recording(card));
+        const Dag attn = Dag::build(trace, trace.default_call()).filtered(1, "attn");
+        ASSERT_FALSE(attn.nodes.empty());
+        EXPECT_EQ(attn.nodes.front().op, "RMS_NORM");
+        EXPECT_EQ(attn.nodes.back().op, "ADD");
+        EXPECT_EQ(attn.nodes.back().name, std::string(card) == "gemma2-2b" ? "sa_out-1" : "ffn_inp-1");
+        for (size_t i = 0; i + 1 < attn.nodes.size(); ++i)  // no FFN node inside
+            EXPECT_NE(attn.nodes[i].name.rfind("ffn_", 0), 0u) << attn.nodes[i].name;
+        size[card] = attn.nodes.size();
+        // The FFN block begins where attention ends.
+        const Dag ffn = Dag::build(trace, trace.default_call()).filtered(1, "ffn");
+        ASSERT_FALSE(ffn.nodes.empty());
+        EXPECT_EQ(ffn.nodes.front().name, attn.nodes.back().name);
+    }
+    EXPECT_GT(size["gemma2-2b"], size["llama3.2-1b"]);
+}
+
 TEST(Dag, Qwen2HasBiasAddsAfterTheQkvMatmuls) {
     TraceGraphs trace(recording("qwen2.5-1.5b"));
     Dag d = Dag::build(trace, trace.default_call());

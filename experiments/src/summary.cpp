@@ -199,6 +199,21 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
                 ns += double(n.end_ns - n.start_ns);
             }
         m["weight_stream_gbs"] = ns > 0 ? nlohmann::json(bytes / ns) : nlohmann::json(nullptr);
+        // Paper Fig. 3/4: graph nodes per block of the middle layer (attention norm → the ADD
+        // closing attention; from there to l_out), in the middle decode call: the table of
+        // operators per block and model (Gemma 2's post-norms and soft-capping add six).
+        m["attn_block_ops"] = m["ffn_block_ops"] = nullptr;
+        if (!decode.empty()) try {
+            const Dag dag = Dag::build(trace, trace.default_call());
+            int max_layer = -1;
+            for (const auto& n : dag.nodes) max_layer = std::max(max_layer, n.layer);
+            if (max_layer >= 0) {
+                m["attn_block_ops"] = dag.filtered(max_layer / 2, "attn").nodes.size();
+                m["ffn_block_ops"] = dag.filtered(max_layer / 2, "ffn").nodes.size();
+            }
+        } catch (const Error&) {
+            // no operator records in that call (--level token or graph)
+        }
     }
     {
         // Paper Fig. 3/4 within self-attention (flash attention off): the heavier of the KQ and
@@ -290,6 +305,7 @@ const std::vector<MetricInfo> kMetrics = {
     {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"},
     {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},
     {"attention_growth_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
+    {"attn_block_ops", "nodes"},         {"ffn_block_ops", "nodes"},
     {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {

@@ -21,8 +21,9 @@ struct Dag {
 
     // Algorithm 1 over call CALL of the trace.
     static Dag build(TraceGraphs& trace, int call);
-    // The nodes of one transformer block: LAYER, and BLOCK "attn" (up to the residual
-    // ADD ffn_inp-L) or "ffn" (from there to l_out-L), or the whole layer.
+    // The nodes of one transformer block: LAYER, and BLOCK "attn" (from the attention norm
+    // up to the residual ADD that closes it: ffn_inp-L, or sa_out-L in Gemma 2) or "ffn"
+    // (from there to l_out-L), or the whole layer.
     Dag filtered(std::optional<int> layer, const std::string& block) const;
 
     bool acyclic() const;
