@@ -209,24 +209,66 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
             if (b > a) bars[k].emplace_back((a + b) / 2, t.ith, (b - a) / 2, 0.35);
             if (e > b) bars[Wait].emplace_back((b + e) / 2, t.ith, (e - b) / 2, 0.2);
         }
-    if (threads == 0) throw Error("llama_decode call " + std::to_string(call) + " has no operator records (record with --level op or full)");
+    // Paper Fig. 7: a GPU-API backend's track above the CPU threads. What the trace holds of
+    // it is the host side (gpu_events): each node's dispatch into a command buffer, coloured
+    // as the CPU's operators; the submits; and the waits for the device (fence waits and
+    // synchronizes), during which the device computes what was submitted.
+    std::vector<std::tuple<double, double, double, double>> gpu[4], submits, device_waits;
+    {
+        store::Database sdb(db, store::Database::Mode::ReadOnly);
+        store::Statement st(sdb.handle(),
+                            ("SELECT e.kind, e.start_ns, e.end_ns, coalesce(n.op, ''), coalesce(n.attention, 0) FROM gpu_events e "
+                             "LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor WHERE e.start_ns >= " +
+                             std::to_string(c.start_ns) + " AND e.start_ns < " + std::to_string(c.end_ns))
+                                .c_str());
+        while (st.step()) {
+            const std::string kind = st.column_text(0), op = st.column_text(3);
+            const double a = (st.column_int(1) - c.start_ns) / 1e6, e = (st.column_int(2) - c.start_ns) / 1e6;
+            if (e <= a) continue;
+            const auto bar = std::make_tuple((a + e) / 2, double(threads), (e - a) / 2, 0.35);
+            if (kind == "dispatch")
+                gpu[st.column_int(4) ? Attention : op == "MUL_MAT" || op == "MUL_MAT_ID" ? WeightMatMul : Other].push_back(bar);
+            else if (kind == "submit")
+                submits.push_back(bar);
+            else
+                device_waits.push_back(std::make_tuple((a + e) / 2, double(threads), (e - a) / 2, 0.2));
+        }
+    }
+    const bool vulkan = !submits.empty() || !device_waits.empty() || !gpu[WeightMatMul].empty() || !gpu[Other].empty();
+    if (threads == 0 && !vulkan)
+        throw Error("llama_decode call " + std::to_string(call) + " has no operator records (record with --level op or full)");
     Plotter p(dir);
     return p.draw(id, "One decode step (llama_decode call " + std::to_string(call) + ", " + std::to_string(nodes.size()) +
-                          " operators) per thread", [&](Gnuplot& gp) {
-        gp << "set xlabel 'time since the call began (ms)'\nset ylabel 'thread (ith)'\nset ytics 1\nset yrange [-0.6:"
-           << threads - 0.4 << "]\nset xrange [0:" << (c.end_ns - c.start_ns) / 1e6 << "]\nset key above horizontal\nunset grid\n";
+                          " CPU operators" + (vulkan ? ") per CPU thread and the Vulkan backend's host side" : ") per thread"),
+                  [&](Gnuplot& gp) {
+        gp << "set xlabel 'time since the call began (ms)'\nset ylabel '" << (vulkan ? "track" : "thread (ith)")
+           << "'\nset yrange [-0.6:" << threads + (vulkan ? 1 : 0) - 0.4 << "]\nset xrange [0:"
+           << (c.end_ns - c.start_ns) / 1e6 << "]\nset key above horizontal\nunset grid\n";
+        if (vulkan) {
+            gp << "set ytics (";
+            for (int t = 0; t < threads; ++t) gp << "'CPU thread " << t << "' " << t << ", ";
+            gp << "'Vulkan (host)' " << threads << ")\n";
+        } else {
+            gp << "set ytics 1\n";
+        }
         Plotter::caption(gp, caption);
         std::string cmd = "plot ";
-        bool first = true;
-        for (int k : {Wait, Other, WeightMatMul, Attention}) {
-            if (bars[k].empty()) continue;
-            cmd += std::string(first ? "" : ", ") + "'-' using 1:2:3:4 with boxxyerror fs solid 1.0 noborder lc rgb '" +
-                   kColours[k] + "' title " + gnuplot_quote(kNames[k]);
-            first = false;
-        }
-        gp << cmd << "\n";
+        auto add = [&](const std::string& colour, const std::string& title) {
+            cmd += std::string(cmd == "plot " ? "" : ", ") + "'-' using 1:2:3:4 with boxxyerror fs solid 1.0 noborder lc rgb '" +
+                   colour + "' title " + gnuplot_quote(title);
+        };
         for (int k : {Wait, Other, WeightMatMul, Attention})
-            if (!bars[k].empty()) gp.send1d(bars[k]);
+            if (!bars[k].empty() || (k != Wait && !gpu[k].empty())) add(kColours[k], kNames[k]);
+        if (!submits.empty()) add("#6c3483", "Vulkan submit");
+        if (!device_waits.empty()) add("#f5b041", "waiting for the Vulkan device (fence, synchronize)");
+        gp << cmd << "\n";
+        for (int k : {Wait, Other, WeightMatMul, Attention}) {
+            auto all = bars[k];
+            if (k != Wait) all.insert(all.end(), gpu[k].begin(), gpu[k].end());
+            if (!all.empty()) gp.send1d(all);
+        }
+        if (!submits.empty()) gp.send1d(submits);
+        if (!device_waits.empty()) gp.send1d(device_waits);
     });
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
@@ -13,7 +15,10 @@
 #include "profinfer/perf_models.h"
 #include "profinfer/plotter.h"
 #include "profinfer/regression.h"
+#include "profinfer/intervals.h"
 #include "profinfer/stats.h"
+#include "profinfer/text_escape.h"
+#include "profinfer/vulkan_timings.h"
 
 namespace fs = std::filesystem;
 
@@ -211,6 +216,127 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
         written.push_back(f.svg);
     }
     return out;
+}
+
+// Paper Fig. 12: per weight-MatMul shape of decode (N = 1), the CPU's time against the
+// Vulkan device's. CPU: each round's trace, the median per call of the shape's nodes (stat
+// --by matmul; names that share a shape pooled). Vulkan: each round's ggml-vulkan timestamps
+// (vkperf = on), mean per call. Per side the median over rounds with its interval. Vulkan
+// fuses some MatMuls with the ADD after them (the output projection and the FFN down
+// projection with the residual): those are a row of their own, named by the fusion.
+std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                                const fs::path& out_dir, const std::string& caption) {
+    struct Row {
+        std::set<std::string> names;
+        std::map<int, std::vector<double>> cpu;  // round → the shape's nodes' medians
+        std::map<int, double> vulkan;            // round → mean µs per call
+    };
+    // (type, m, k, fusion on Vulkan)
+    std::map<std::tuple<std::string, int64_t, int64_t, std::string>, Row> rows;
+    std::map<std::tuple<std::string, int64_t, int64_t>, std::set<std::string>> names;
+    for (const auto& p : points) {
+        if (p.params.at("backend") == "cpu") {
+            const Table t = stats_table(p.db, "matmul");
+            for (const auto& r : t.to_json()) {
+                if (r["phase"] != "decode" || r["n"].get<int64_t>() != 1) continue;
+                const auto shape = std::make_tuple(r["weight_type"].get<std::string>(), r["m"].get<int64_t>(), r["k"].get<int64_t>());
+                auto& row = rows[std::tuple_cat(shape, std::make_tuple(std::string()))];
+                row.cpu[p.round].push_back(r["median_us"].get<double>());
+                names[shape].insert(r["name"].get<std::string>());
+            }
+        } else if (p.params.at("backend") == "vulkan") {
+            std::ifstream in(vulkan_timings_file(p.db));
+            if (!in) continue;
+            for (const auto& t : parse_vulkan_timings(in))
+                if (t.op.rfind("MUL_MAT", 0) == 0 && t.n == 1 && !t.batched && t.count > 0)
+                    rows[{t.type, t.m, t.k, t.fused}].vulkan[p.round] = t.mean_us();
+        }
+    }
+    // A fused shape's CPU side is the unfused shape's (the CPU runs the ADD as its own node).
+    for (auto& [key, row] : rows) {
+        const auto shape = std::make_tuple(std::get<0>(key), std::get<1>(key), std::get<2>(key));
+        row.names = names[shape];
+        if (!std::get<3>(key).empty()) {
+            auto it = rows.find(std::tuple_cat(shape, std::make_tuple(std::string())));
+            if (it != rows.end()) row.cpu = it->second.cpu;
+        }
+    }
+    Table t{{"type", "m", "k", "names", "vulkan_kernel", "cpu_us", "cpu_lo", "cpu_hi", "cpu_n", "vulkan_us", "vulkan_lo",
+             "vulkan_hi", "vulkan_n", "vulkan_over_cpu"}};
+    std::ostringstream md;
+    md << "# " << spec.title << ": weight MatMuls of decode per shape, CPU vs Vulkan\n\n"
+       << "CPU: each round's trace (median per call of the shape's nodes); Vulkan: ggml-vulkan's own timestamps "
+          "(GGML_VK_PERF_LOGGER, mean per call); each the median over rounds with its 95 % interval. Names: the CPU "
+          "graph's nodes of that shape. A MUL_MAT_ADD row: on Vulkan, the MatMuls of that shape followed by the residual "
+          "ADD (output projection, FFN down) run fused with it, a kernel of their own; the MatMul row of the same shape is "
+          "the others (e.g. Q). The CPU runs the ADD as its own node, so its side is the shape's MatMuls alone.\n\n"
+       << "| names (CPU graph) | type | m × k | Vulkan kernel | CPU µs | Vulkan µs | Vulkan / CPU |\n|---|---|---|---|---|---|---|\n";
+    struct Bar {
+        std::string label;
+        Interval cpu, vk;
+    };
+    std::vector<Bar> bars;
+    for (const auto& [key, row] : rows) {
+        if (row.vulkan.empty() || row.cpu.empty()) continue;
+        std::vector<double> c, v;
+        for (const auto& [round, meds] : row.cpu) c.push_back(median_of(meds));
+        for (const auto& [round, us] : row.vulkan) v.push_back(us);
+        const Interval ci = median_interval(c), vi = median_interval(v);
+        std::string nm;
+        for (const auto& n : row.names) nm += (nm.empty() ? "" : ", ") + n;
+        const std::string kernel = std::get<3>(key).empty() ? "MatMul" : std::get<3>(key);
+        t.rows.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), nm, kernel, ci.median, number_or_null(ci.lo),
+                          number_or_null(ci.hi), ci.n, vi.median, number_or_null(vi.lo), number_or_null(vi.hi), vi.n,
+                          vi.median / ci.median});
+        md << "| " << nm << " | " << std::get<0>(key) << " | " << std::get<1>(key) << " × " << std::get<2>(key) << " | "
+           << kernel << " | " << format_with_interval(ci.median, ci.lo, ci.hi) << " (n " << ci.n << ") | "
+           << format_with_interval(vi.median, vi.lo, vi.hi) << " (n " << vi.n << ") | " << format_number(vi.median / ci.median)
+           << " |\n";
+        bars.push_back({nm + (kernel == "MatMul" ? "" : " (+ADD)") + " " + std::to_string(std::get<1>(key)) + "x" +
+                            std::to_string(std::get<2>(key)),
+                        ci, vi});
+    }
+    std::vector<fs::path> written;
+    if (bars.empty()) return written;
+    OutputFile::write(out_dir / "matmul-backends.csv", t.to_csv());
+    OutputFile::write(out_dir / "matmul-backends.md", md.str());
+    written.push_back(out_dir / "matmul-backends.csv");
+    written.push_back(out_dir / "matmul-backends.md");
+    // Bars per shape on a log axis, CPU and Vulkan side by side, intervals as error bars.
+    double lo = INFINITY, hi = 0;
+    for (const auto& b : bars)
+        for (const Interval* i : {&b.cpu, &b.vk}) {
+            lo = std::min(lo, std::isfinite(i->lo) ? i->lo : i->median);
+            hi = std::max(hi, std::isfinite(i->hi) ? i->hi : i->median);
+        }
+    const double floor = lo / 3;
+    Plotter plot(out_dir);
+    auto f = plot.draw(spec.name + "-matmul-shapes", "Decode weight MatMuls per shape: CPU vs Vulkan device time", [&](Gnuplot& gp) {
+        Plotter::caption(gp, caption);
+        gp << "set bmargin 10\nset logscale y\nset ylabel 'time per call (us, log scale)'\nset yrange [" << floor << ":"
+           << hi * 3 << "]\nset xrange [-0.6:" << bars.size() - 0.4
+           << "]\nset xtics rotate by -25 font ',8'\nset key above horizontal\nset xlabel 'weight MatMul (CPU graph names), m x k'\nset xtics (";
+        for (size_t i = 0; i < bars.size(); ++i) gp << (i ? ", " : "") << gnuplot_quote(bars[i].label) << " " << i;
+        gp << ")\nplot '-' using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 lc rgb '#2874a6' title 'CPU (trace)', "
+              "'-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle, "
+              "'-' using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 lc rgb '#c0392b' title 'Vulkan device (ggml-vulkan timestamps)', "
+              "'-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle\n";
+        for (int side = 0; side < 2; ++side) {
+            std::vector<std::tuple<double, double, double, double, double, double>> boxes;
+            std::vector<std::tuple<double, double, double, double>> err;
+            for (size_t i = 0; i < bars.size(); ++i) {
+                const Interval& v = side ? bars[i].vk : bars[i].cpu;
+                const double x = double(i) + (side ? 0.19 : -0.19);
+                boxes.emplace_back(x, v.median, x - 0.17, x + 0.17, floor, v.median);
+                err.emplace_back(x, v.median, std::isfinite(v.lo) ? v.lo : v.median, std::isfinite(v.hi) ? v.hi : v.median);
+            }
+            gp.send1d(boxes);
+            gp.send1d(err);
+        }
+    });
+    written.push_back(f.png);
+    written.push_back(f.svg);
+    return written;
 }
 
 }  // namespace profinfer

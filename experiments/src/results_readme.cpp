@@ -54,6 +54,8 @@ std::string num(const nlohmann::json& v) {
 
 }  // namespace
 
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
 std::string format_number(double v) {
     if (!std::isfinite(v)) return "–";
     char b[32];

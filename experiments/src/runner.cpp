@@ -18,6 +18,8 @@
 #include <optional>
 
 #include "profinfer/error.h"
+#include "profinfer/output_file.h"
+#include "profinfer/vulkan_timings.h"
 #include "profinfer/board.h"
 #include "profinfer/experiment.h"
 #include "profinfer/llama_install.h"
@@ -49,8 +51,9 @@ std::string flavour_of(const std::string& backend) {
 // The environment a backend's points run with (the recorder passes it on to llama-bench).
 // ggml-vulkan hides CPU-type devices such as Mesa's lavapipe unless they are named.
 std::vector<std::pair<std::string, std::string>> point_env(const SweepPoint& p) {
-    if (p.at("backend") == "vulkan") return {{"GGML_VK_VISIBLE_DEVICES", "0"}};
-    return {};
+    if (p.at("backend") != "vulkan") return {};
+    if (p.at("vkperf") == "on") return {{"GGML_VK_VISIBLE_DEVICES", "0"}, {"GGML_VK_PERF_LOGGER", "1"}};
+    return {{"GGML_VK_VISIBLE_DEVICES", "0"}};
 }
 
 // Sets a point's environment for as long as it lives.
@@ -511,6 +514,8 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (hog_pid > 0 && r.status == 0 && w.traced)  // the trace says when the hog ran (Fig. 8)
                 store::note_hog_window(db, {hog_t0 + int64_t(hog.start_s * 1e9),
                                             hog.stop_s < 0 ? monotonic_ns() : hog_t0 + int64_t(hog.stop_s * 1e9)});
+            if (r.status == 0 && p.at("backend") == "vulkan" && p.at("vkperf") == "on" && w.traced)  // the logger's device times (Fig. 12)
+                OutputFile::write(vulkan_timings_file(db), r.err);
             if (r.status == 0) {
                 index.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
                 index.set_cpu(p, round, cpu_s);

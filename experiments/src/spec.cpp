@@ -20,14 +20,15 @@ const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
     {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"},   {"program", "llama-bench"},
-    {"tracer", "level"},      {"routing", "zipf:1"}};
+    {"tracer", "level"},      {"routing", "zipf:1"}, {"vkperf", "off"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
 bool left_out_of_key(const std::string& name, const std::string& value) {
     return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
            (name == "mem" && value == "none") || (name == "program" && value == "llama-bench") ||
-           (name == "tracer" && value == "level") || (name == "routing" && value == "zipf:1");
+           (name == "tracer" && value == "level") || (name == "routing" && value == "zipf:1") ||
+           (name == "vkperf" && value == "off");
 }
 
 std::string as_text(const toml::node& n) {
@@ -63,6 +64,8 @@ void check_value(const std::string& name, const std::string& v, const std::strin
         throw Error(where + ": program is llama-bench, evalcb or ort, not '" + v + "'");
     if (name == "tracer" && !known_tracer(v))
         throw Error(where + ": tracer '" + v + "' is not one profinfer knows (docs/experiments.md lists them)");
+    if (name == "vkperf" && v != "on" && v != "off")
+        throw Error(where + ": vkperf is on (ggml-vulkan's GGML_VK_PERF_LOGGER: device time per operator) or off, not '" + v + "'");
     if (name == "routing") {
         try {
             MoeRouting::parse(v);
@@ -253,6 +256,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         s.baseline = read_selector((*o)["baseline"], file.string() + " [outputs] baseline");
         s.fidelity = (*o)["fidelity"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);
+        s.matmul_backends = (*o)["matmul_backends"].value_or(false);
     }
     s.rounds = int(t["rounds"].value_or(int64_t(5)));
     s.quick_rounds = int(t["quick_rounds"].value_or(int64_t(2)));

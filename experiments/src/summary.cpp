@@ -34,7 +34,6 @@ namespace profinfer {
 namespace {
 
 
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 bool numeric(const std::string& s) {
     return !s.empty() && s.find_first_not_of("0123456789.-") == std::string::npos;
@@ -773,6 +772,20 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         auto m = summarise_matmuls(spec, pts, out_dir);
         written.insert(written.end(), m.files.begin(), m.files.end());
         fits = std::move(m.fits);
+    }
+    if (spec.matmul_backends) {
+        std::vector<StudyPoint> pts;
+        size_t rounds = 0;
+        for (const auto& r : points) {
+            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
+            rounds = std::max(rounds, r.dbs.size());
+        }
+        const auto f = summarise_matmul_backends(spec, pts, out_dir,
+                                                 machine_of(out_dir, board) + "; " + points.front().params.at("model") +
+                                                     ", decode; CPU: --level " + spec.level + " trace, " +
+                                                     points.front().params.at("threads") + " threads; Vulkan: lavapipe; n = " +
+                                                     std::to_string(rounds) + " rounds per side");
+        written.insert(written.end(), f.begin(), f.end());
     }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
     written.push_back(out_dir / "table.csv");

@@ -326,3 +326,57 @@ TEST(ExperimentRun, SpecTextStaysInItsFolderAndCommandsAreQuoted) {
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("-ot 'blk\\.0\\..*=CPU; x'"), std::string::npos) << r.out;
 }
+
+// Paper Fig. 12 from a study: the CPU point's traced weight MatMuls of decode beside the
+// Vulkan point's device times, which the runner keeps from the stock ggml-vulkan's own
+// timestamps (vkperf = on: GGML_VK_PERF_LOGGER) — every shape, the LM head included.
+TEST(ExperimentRun, CpuAndVulkanTimePerMatMulShape) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "tiny-fig12"
+title = "Tiny Fig. 12"
+level = "op"
+scale = "tiny"
+[sweep]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+backend = ["cpu", "vulkan"]
+ngl = [99]
+vkperf = ["on"]
+gen = [4]
+[outputs]
+matmul_backends = true
+figures = ["timeline"]
+[figure]
+x = "backend"
+metrics = ["decode_tps"]
+)";
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    // The logger's text is kept beside each Vulkan round's trace, and only there.
+    int timings = 0;
+    for (const auto& e : fs::directory_iterator(out / "points")) {
+        if (e.path().string().find(".vulkan-timings.txt") == std::string::npos) continue;
+        ++timings;
+        EXPECT_NE(e.path().filename().string().find("-vulkan-"), std::string::npos) << e.path();
+    }
+    EXPECT_EQ(timings, 2);
+    ASSERT_TRUE(fs::exists(out / "matmul-backends.csv"));
+    EXPECT_TRUE(fs::exists(out / "tiny-fig12-matmul-shapes.png"));
+    std::ifstream in(out / "matmul-backends.csv");
+    const Table t = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    // Every decode weight-MatMul shape, measured on both sides in both rounds.
+    bool lm_head = false;
+    for (const auto& row : t.to_json()) {
+        SCOPED_TRACE(row.dump());
+        EXPECT_EQ(row["cpu_n"], 2);
+        EXPECT_EQ(row["vulkan_n"], 2);
+        EXPECT_GT(row["cpu_us"].get<double>(), 0);
+        EXPECT_GT(row["vulkan_us"].get<double>(), 0);
+        lm_head |= row["names"].get<std::string>().find("result_output") != std::string::npos;
+    }
+    EXPECT_GE(t.rows.size(), 4u);  // Q/O, K/V, FFN up/gate, FFN down, LM head shapes
+    EXPECT_TRUE(lm_head) << "the LM head (result_output) has no row";
+}

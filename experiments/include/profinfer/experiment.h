@@ -72,6 +72,10 @@ struct ExperimentSpec {
     std::vector<std::string> figures;  // the recording's figures per point (kFigureKinds: timeline, threads, …)
     // Paper Fig. 10 across the points: matmuls.csv, fit.csv/.md and a figure per thread count.
     bool matmuls = false;
+    // Paper Fig. 12 across the points: per weight-MatMul shape of decode, the CPU points' time
+    // (their traces) beside the Vulkan points' device time (vkperf = on: ggml-vulkan's
+    // timestamps), matmul-backends.csv/.md and a log-axis bar figure.
+    bool matmul_backends = false;
     // The table of every point against the point of its group that BASELINE selects
     // (vs-baseline.csv/md: slowdown and CPU time with intervals; e.g. { tracer = "none" }).
     std::map<std::string, std::string> baseline;
@@ -234,11 +238,17 @@ struct MatmulSummary {
 };
 MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
                                 const std::filesystem::path& out_dir);
+std::vector<std::filesystem::path> summarise_matmul_backends(const ExperimentSpec& spec,
+                                                             const std::vector<StudyPoint>& points,
+                                                             const std::filesystem::path& out_dir,
+                                                             const std::string& caption);
 
 // How every study table and the results README print a number: 3 significant digits ("–"
 // when not finite), and a median with its interval ("42.1 [40.3, 43.0]"; the median alone
 // without one).
 std::string format_number(double v);
+// A table cell: the number, or null when it is not finite (no interval, no measure).
+nlohmann::json number_or_null(double v);
 std::string format_with_interval(double median, double lo, double hi);
 
 // RESULTS_DIR/README.md (results/<board>/ or its quick/), generated whole from the studies
