@@ -773,6 +773,15 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         written.insert(written.end(), m.files.begin(), m.files.end());
         fits = std::move(m.fits);
     }
+    if (std::find(spec.figures.begin(), spec.figures.end(), "threads") != spec.figures.end()) {
+        std::vector<StudyPoint> pts;
+        for (const auto& r : points)
+            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
+        const auto f = summarise_wait_methods(spec, pts, out_dir,
+                                              machine_of(out_dir, board) + "; " + points.front().params.at("model") + " " +
+                                                  points.front().params.at("type") + "; --level full; one run of each: round 1");
+        written.insert(written.end(), f.begin(), f.end());
+    }
     if (spec.matmul_backends) {
         std::vector<StudyPoint> pts;
         size_t rounds = 0;

@@ -380,3 +380,51 @@ metrics = ["decode_tps"]
     EXPECT_GE(t.rows.size(), 4u);  // Q/O, K/V, FFN up/gate, FFN down, LM head shapes
     EXPECT_TRUE(lm_head) << "the LM head (result_output) has no row";
 }
+
+// Paper Fig. 6 with both measures: the same point recorded with --wait exact and with --wait
+// sampled gives, per op type and thread, the exact share beside the sampled estimate, its
+// interval around it and the samples it rests on.
+TEST(ExperimentRun, ExactWaitBesideTheSampledEstimate) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "tiny-fig6"
+title = "Tiny Fig. 6"
+level = "full"
+wait = "exact"
+scale = "tiny"
+[sweep]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [2]
+tracer = ["level", "full"]
+gen = [16]
+[outputs]
+figures = ["threads"]
+[figure]
+x = "tracer"
+metrics = ["wait_share_pct"]
+)";
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_TRUE(fs::exists(out / "tiny-fig6-wait-methods-t2.png"));
+    std::ifstream in(out / "tiny-fig6-wait-methods-t2.csv");
+    const Table t = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    std::set<int> threads;
+    int64_t samples = 0;
+    for (const auto& row : t.to_json()) {
+        SCOPED_TRACE(row.dump());
+        threads.insert(row["ith"].get<int>());
+        ASSERT_TRUE(row["exact_wait_pct"].is_number());
+        EXPECT_GE(row["exact_wait_pct"].get<double>(), 0);
+        EXPECT_LE(row["exact_wait_pct"].get<double>(), 100);
+        samples += row["samples"].get<int64_t>();
+        if (row["sampled_wait_pct"].is_number()) {
+            EXPECT_LE(row["sampled_ci95_lo"].get<double>(), row["sampled_wait_pct"].get<double>());
+            EXPECT_GE(row["sampled_ci95_hi"].get<double>(), row["sampled_wait_pct"].get<double>());
+        }
+    }
+    EXPECT_EQ(threads, (std::set<int>{0, 1}));
+    EXPECT_GT(samples, 0);  // the sampled run's estimate is there, with what it rests on
+}

@@ -238,6 +238,14 @@ struct MatmulSummary {
 };
 MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
                                 const std::filesystem::path& out_dir);
+// Paper Fig. 6, both measures: for points that differ only in their tracer, one recorded
+// with --wait exact and one with --wait sampled, per op type and thread the exact wait share
+// beside the sampled estimate with its interval and sample count (<study>-wait-methods-tN.csv,
+// figure of the same name).
+std::vector<std::filesystem::path> summarise_wait_methods(const ExperimentSpec& spec,
+                                                          const std::vector<StudyPoint>& points,
+                                                          const std::filesystem::path& out_dir,
+                                                          const std::string& caption);
 std::vector<std::filesystem::path> summarise_matmul_backends(const ExperimentSpec& spec,
                                                              const std::vector<StudyPoint>& points,
                                                              const std::filesystem::path& out_dir,
