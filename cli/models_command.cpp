@@ -113,6 +113,10 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
 
 namespace {
 
+// plan --compare: llama-bench's prompt and generated tokens per run (help text: -p 32 -n 16). A Vulkan
+// run on lavapipe decodes about a token a second, so these keep the comparison a few minutes.
+const std::string kComparePrompt = "32", kCompareGen = "16";
+
 // The GGUF tensor a card's weight MatMul multiplies by, as an --override-tensor regex;
 // empty when it cannot be moved alone (a tied output head is the token embedding table).
 std::string weight_pattern(const std::string& shape, const ModelCard& c) {
@@ -140,7 +144,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 "vulkan; a backend without a model is not chosen). Prints the choice per weight and llama.cpp's\n"
                 "-ot pattern that places the Vulkan ones ('none' when all stay on the CPU); run with -ngl 0 -nopo 1.\n"
                 "--compare MODEL.gguf runs llama-bench (the Vulkan build, GGML_VK_VISIBLE_DEVICES=0) with the plan,\n"
-                "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 64 -n 32, in --reps interleaved\n"
+                "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 32 -n 16, in --reps interleaved\n"
                 "rounds (the experiment runner: DIR/compare/, resumable), and prints decode and prefill speed (median\n"
                 "with a 95 % interval, from 5 rounds) side by side and the plan against the faster single backend;\n"
                 "-o DIR writes plan.json, plan.md and plan.csv there.");
@@ -193,7 +197,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 auto sweep = [&](const std::string& ngl, const std::string& nopo, const std::string& ot_value) {
                     return std::map<std::string, std::vector<std::string>>{
                         {"model", {c.name}}, {"type", {*type}},  {"threads", {std::to_string(*threads)}},
-                        {"backend", {"vulkan"}}, {"prompt", {"64"}}, {"gen", {"32"}}, {"ngl", {ngl}},
+                        {"backend", {"vulkan"}}, {"prompt", {kComparePrompt}}, {"gen", {kCompareGen}}, {"ngl", {ngl}},
                         {"nopo", {nopo}},        {"ot", {ot_value}}, {"tracer", {"none"}}};
                 };
                 ExperimentSpec spec;
@@ -234,7 +238,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                     {"cpu", "-ngl 0 -nopo 1", &find("0", "none")},
                     {"vulkan", "-ngl 99", &find("99", "none")}};
                 Table t{{"config", "decode_tps", "decode_lo", "decode_hi", "prefill_tps", "prefill_lo", "prefill_hi", "rounds", "arguments"}, {}};
-                md << "\nMeasured: llama-bench -p 64 -n 32 -r 1 of the Vulkan build (GGML_VK_VISIBLE_DEVICES=0), untraced, " << *reps
+                md << "\nMeasured: llama-bench -p " << kComparePrompt << " -n " << kCompareGen << " -r 1 of the Vulkan build (GGML_VK_VISIBLE_DEVICES=0), untraced, " << *reps
                    << " interleaved rounds (" << dir.string() << "): median [95 % bootstrap interval] over rounds:\n\n"
                    << "| config | decode tok/s | prefill tok/s | arguments |\n|---|---|---|---|\n";
                 for (const auto& cfg : configs) {
