@@ -63,7 +63,7 @@ std::map<std::vector<std::string>, Group> pooled_over_models(const std::map<std:
 }  // namespace
 
 MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                const fs::path& out_dir) {
+                                const fs::path& out_dir, const std::string& caption) {
     MatmulSummary out;
     std::vector<fs::path>& written = out.files;
     Table all;
@@ -197,6 +197,7 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
             fitted.push_back({"fit, " + key[1] + (key[2] == "cpu" ? "" : " " + key[2]) + ", " + key[4] + " (all models)", pts});
         }
         auto f = plot.draw(spec.name + "-t" + th, spec.title + " (" + th + " threads)", [&](Gnuplot& gp) {
+            Plotter::caption(gp, caption);
             gp << "set logscale xy\nset xlabel 'M x N x K x H'\nset ylabel 'median time per call (us)'\nset format x '1e%L'\n";
             std::string cmd = "plot ";
             int i = 0;

@@ -769,7 +769,12 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         std::vector<StudyPoint> pts;
         for (const auto& r : points)
             for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
-        auto m = summarise_matmuls(spec, pts, out_dir);
+        size_t rounds = 0;
+        for (const auto& r : points) rounds = std::max(rounds, r.dbs.size());
+        auto m = summarise_matmuls(spec, pts, out_dir,
+                                   machine_of(out_dir, board) + "; " + std::to_string(points.size()) +
+                                       " points (models x types x threads); --level " + spec.level +
+                                       "; each shape's median per call, every round: " + std::to_string(rounds) + " rounds");
         written.insert(written.end(), m.files.begin(), m.files.end());
         fits = std::move(m.fits);
     }

@@ -237,7 +237,7 @@ struct MatmulSummary {
     std::vector<PointSamples> fits;
 };
 MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                const std::filesystem::path& out_dir);
+                                const std::filesystem::path& out_dir, const std::string& caption = "");
 // Paper Fig. 6, both measures: for points that differ only in their tracer, one recorded
 // with --wait exact and one with --wait sampled, per op type and thread the exact wait share
 // beside the sampled estimate with its interval and sample count (<study>-wait-methods-tN.csv,
