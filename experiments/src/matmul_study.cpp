@@ -231,26 +231,32 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
         std::set<std::string> names;
         std::map<int, std::vector<double>> cpu;  // round → the shape's nodes' medians
         std::map<int, double> vulkan;            // round → mean µs per call
+        std::map<int, std::vector<double>> vulkan_run_cpu;  // round → the shape's nodes the Vulkan run left on its CPU
     };
     // (type, m, k, fusion on Vulkan)
     std::map<std::tuple<std::string, int64_t, int64_t, std::string>, Row> rows;
     std::map<std::tuple<std::string, int64_t, int64_t>, std::set<std::string>> names;
+    // The decode weight MatMuls a trace recorded on the CPU (per shape, per node name).
+    auto cpu_matmuls = [&](const StudyPoint& p, auto&& add) {
+        for (const auto& r : stats_table(p.db, "matmul").to_json()) {
+            if (r["phase"] != "decode" || r["n"].get<int64_t>() != 1) continue;
+            const auto shape = std::make_tuple(r["weight_type"].get<std::string>(), r["m"].get<int64_t>(), r["k"].get<int64_t>());
+            names[shape].insert(r["name"].get<std::string>());
+            add(rows[std::tuple_cat(shape, std::make_tuple(std::string()))], r["median_us"].get<double>());
+        }
+    };
     for (const auto& p : points) {
         if (p.params.at("backend") == "cpu") {
-            const Table t = stats_table(p.db, "matmul");
-            for (const auto& r : t.to_json()) {
-                if (r["phase"] != "decode" || r["n"].get<int64_t>() != 1) continue;
-                const auto shape = std::make_tuple(r["weight_type"].get<std::string>(), r["m"].get<int64_t>(), r["k"].get<int64_t>());
-                auto& row = rows[std::tuple_cat(shape, std::make_tuple(std::string()))];
-                row.cpu[p.round].push_back(r["median_us"].get<double>());
-                names[shape].insert(r["name"].get<std::string>());
-            }
+            cpu_matmuls(p, [&](Row& row, double us) { row.cpu[p.round].push_back(us); });
         } else if (p.params.at("backend") == "vulkan") {
             std::ifstream in(vulkan_timings_file(p.db));
             if (!in) continue;
             for (const auto& t : parse_vulkan_timings(in))
                 if (t.op.rfind("MUL_MAT", 0) == 0 && t.n == 1 && !t.batched && t.count > 0)
                     rows[{t.type, t.m, t.k, t.fused}].vulkan[p.round] = t.mean_us();
+            // What llama.cpp's scheduler kept on the CPU in the Vulkan run (an operator the
+            // device refused, e.g. a weight beyond its largest storage buffer).
+            cpu_matmuls(p, [&](Row& row, double us) { row.vulkan_run_cpu[p.round].push_back(us); });
         }
     }
     // A fused shape's CPU side is the unfused shape's (the CPU runs the ADD as its own node).
@@ -263,39 +269,51 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
         }
     }
     Table t{{"type", "m", "k", "names", "vulkan_kernel", "cpu_us", "cpu_lo", "cpu_hi", "cpu_n", "vulkan_us", "vulkan_lo",
-             "vulkan_hi", "vulkan_n", "vulkan_over_cpu"}};
+             "vulkan_hi", "vulkan_n", "vulkan_over_cpu", "vulkan_run_cpu_us", "vulkan_run_cpu_n"}};
     std::ostringstream md;
     md << "# " << spec.title << ": weight MatMuls of decode per shape, CPU vs Vulkan\n\n"
        << "CPU: each round's trace (median per call of the shape's nodes); Vulkan: ggml-vulkan's own timestamps "
           "(GGML_VK_PERF_LOGGER, mean per call); each the median over rounds with its 95 % interval. Names: the CPU "
           "graph's nodes of that shape. A MUL_MAT_ADD row: on Vulkan, the MatMuls of that shape followed by the residual "
           "ADD (output projection, FFN down) run fused with it, a kernel of their own; the MatMul row of the same shape is "
-          "the others (e.g. Q). The CPU runs the ADD as its own node, so its side is the shape's MatMuls alone.\n\n"
+          "the others (e.g. Q). The CPU runs the ADD as its own node, so its side is the shape's MatMuls alone. "
+          "\"on the CPU\": in the Vulkan run llama.cpp's scheduler left that MatMul on the CPU (ggml-vulkan refused it); "
+          "its time there is given instead.\n\n"
        << "| names (CPU graph) | type | m × k | Vulkan kernel | CPU µs | Vulkan µs | Vulkan / CPU |\n|---|---|---|---|---|---|---|\n";
     struct Bar {
         std::string label;
         Interval cpu, vk;
+        bool on_cpu = false;  // the Vulkan run left this shape on its CPU: vk is that time
     };
     std::vector<Bar> bars;
+    auto interval_of = [](const std::map<int, std::vector<double>>& by_round) {
+        std::vector<double> v;
+        for (const auto& [round, meds] : by_round) v.push_back(median_of(meds));
+        return median_interval(v);
+    };
     for (const auto& [key, row] : rows) {
-        if (row.vulkan.empty() || row.cpu.empty()) continue;
-        std::vector<double> c, v;
-        for (const auto& [round, meds] : row.cpu) c.push_back(median_of(meds));
+        const bool on_cpu = row.vulkan.empty() && !row.vulkan_run_cpu.empty() && std::get<3>(key).empty();
+        if (row.cpu.empty() || (row.vulkan.empty() && !on_cpu)) continue;
+        std::vector<double> v;
         for (const auto& [round, us] : row.vulkan) v.push_back(us);
-        const Interval ci = median_interval(c), vi = median_interval(v);
+        const Interval ci = interval_of(row.cpu), vi = on_cpu ? Interval{} : median_interval(v);
+        const Interval oi = interval_of(row.vulkan_run_cpu);
         std::string nm;
         for (const auto& n : row.names) nm += (nm.empty() ? "" : ", ") + n;
-        const std::string kernel = std::get<3>(key).empty() ? "MatMul" : std::get<3>(key);
+        const std::string kernel = on_cpu ? "on the CPU" : std::get<3>(key).empty() ? "MatMul" : std::get<3>(key);
         t.rows.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), nm, kernel, ci.median, number_or_null(ci.lo),
-                          number_or_null(ci.hi), ci.n, vi.median, number_or_null(vi.lo), number_or_null(vi.hi), vi.n,
-                          vi.median / ci.median});
+                          number_or_null(ci.hi), ci.n, number_or_null(vi.median), number_or_null(vi.lo),
+                          number_or_null(vi.hi), vi.n, number_or_null(vi.median / ci.median), number_or_null(oi.median),
+                          oi.n});
         md << "| " << nm << " | " << std::get<0>(key) << " | " << std::get<1>(key) << " × " << std::get<2>(key) << " | "
            << kernel << " | " << format_with_interval(ci.median, ci.lo, ci.hi) << " (n " << ci.n << ") | "
-           << format_with_interval(vi.median, vi.lo, vi.hi) << " (n " << vi.n << ") | " << format_number(vi.median / ci.median)
-           << " |\n";
-        bars.push_back({nm + (kernel == "MatMul" ? "" : " (+ADD)") + " " + std::to_string(std::get<1>(key)) + "x" +
-                            std::to_string(std::get<2>(key)),
-                        ci, vi});
+           << (on_cpu ? "– (on the CPU in the Vulkan run: " + format_with_interval(oi.median, oi.lo, oi.hi) + ", n " +
+                            std::to_string(oi.n) + ")"
+                      : format_with_interval(vi.median, vi.lo, vi.hi) + " (n " + std::to_string(vi.n) + ")")
+           << " | " << (on_cpu ? "–" : format_number(vi.median / ci.median)) << " |\n";
+        bars.push_back({nm + (kernel == "MatMul" ? "" : " (" + (on_cpu ? std::string("on CPU") : "+ADD") + ")") + " " +
+                            std::to_string(std::get<1>(key)) + "x" + std::to_string(std::get<2>(key)),
+                        ci, on_cpu ? oi : vi, on_cpu});
     }
     std::vector<fs::path> written;
     if (bars.empty()) return written;
@@ -303,7 +321,8 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
     OutputFile::write(out_dir / "matmul-backends.md", md.str());
     written.push_back(out_dir / "matmul-backends.csv");
     written.push_back(out_dir / "matmul-backends.md");
-    // Bars per shape on a log axis, CPU and Vulkan side by side, intervals as error bars.
+    // Bars per shape on a log axis, CPU and Vulkan side by side, intervals as error bars; a
+    // shape the Vulkan run left on its CPU drawn grey beside the CPU build's.
     double lo = INFINITY, hi = 0;
     for (const auto& b : bars)
         for (const Interval* i : {&b.cpu, &b.vk}) {
@@ -311,26 +330,34 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
             hi = std::max(hi, std::isfinite(i->hi) ? i->hi : i->median);
         }
     const double floor = lo / 3;
+    const bool any_on_cpu = std::any_of(bars.begin(), bars.end(), [](const Bar& b) { return b.on_cpu; });
     Plotter plot(out_dir);
-    auto f = plot.draw(spec.name + "-matmul-shapes", "Decode weight MatMuls per shape: CPU vs Vulkan device time", [&](Gnuplot& gp) {
+    auto f = plot.draw(spec.name + "-matmul-shapes", "Decode weight MatMuls per shape (CPU graph names, m x k): CPU vs Vulkan device time", [&](Gnuplot& gp) {
         Plotter::caption(gp, caption);
         gp << "set bmargin 10\nset logscale y\nset ylabel 'time per call (us, log scale)'\nset yrange [" << floor << ":"
            << hi * 3 << "]\nset xrange [-0.6:" << bars.size() - 0.4
-           << "]\nset xtics rotate by -25 font ',8'\nset key above horizontal\nset xlabel 'weight MatMul (CPU graph names), m x k'\nset xtics (";
+           << "]\nset xtics rotate by -25 font ',8'\nset key above horizontal\nset xtics (";
         for (size_t i = 0; i < bars.size(); ++i) gp << (i ? ", " : "") << gnuplot_quote(bars[i].label) << " " << i;
         gp << ")\nplot '-' using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 lc rgb '#2874a6' title 'CPU (trace)', "
               "'-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle, "
               "'-' using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 lc rgb '#c0392b' title 'Vulkan device (ggml-vulkan timestamps)', "
-              "'-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle\n";
-        for (int side = 0; side < 2; ++side) {
+              "'-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle"
+           << (any_on_cpu ? ", '-' using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 lc rgb '#aab7b8' title 'Vulkan run, left on "
+                            "its CPU (the device refused it)', '-' using 1:2:3:4 with yerrorbars pt 0 lc rgb 'black' notitle"
+                          : "")
+           << "\n";
+        // side 0: the CPU build; 1: the Vulkan device; 2: the Vulkan run's CPU.
+        for (int side = 0; side < (any_on_cpu ? 3 : 2); ++side) {
             std::vector<std::tuple<double, double, double, double, double, double>> boxes;
             std::vector<std::tuple<double, double, double, double>> err;
             for (size_t i = 0; i < bars.size(); ++i) {
+                if (side > 0 && bars[i].on_cpu != (side == 2)) continue;
                 const Interval& v = side ? bars[i].vk : bars[i].cpu;
                 const double x = double(i) + (side ? 0.19 : -0.19);
                 boxes.emplace_back(x, v.median, x - 0.17, x + 0.17, floor, v.median);
                 err.emplace_back(x, v.median, std::isfinite(v.lo) ? v.lo : v.median, std::isfinite(v.hi) ? v.hi : v.median);
             }
+            if (boxes.empty()) boxes.emplace_back(-10, floor, -10, -10, floor, floor), err.emplace_back(-10, floor, floor, floor);
             gp.send1d(boxes);
             gp.send1d(err);
         }

@@ -428,3 +428,4 @@ metrics = ["wait_share_pct"]
     EXPECT_EQ(threads, (std::set<int>{0, 1}));
     EXPECT_GT(samples, 0);  // the sampled run's estimate is there, with what it rests on
 }
+
