@@ -764,13 +764,15 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             written.push_back(f);
         }
     }
+    // Every (point, round) recording, for the summaries across points below.
+    std::vector<StudyPoint> pts;
+    size_t rounds = 0;
+    for (const auto& r : points) {
+        for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
+        rounds = std::max(rounds, r.dbs.size());
+    }
     std::vector<PointSamples> fits;  // the fitted lines, for claims on them
     if (spec.matmuls) {
-        std::vector<StudyPoint> pts;
-        for (const auto& r : points)
-            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
-        size_t rounds = 0;
-        for (const auto& r : points) rounds = std::max(rounds, r.dbs.size());
         auto m = summarise_matmuls(spec, pts, out_dir,
                                    machine_of(out_dir, board) + "; " + std::to_string(points.size()) +
                                        " points (models x types x threads); --level " + spec.level +
@@ -779,21 +781,12 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         fits = std::move(m.fits);
     }
     if (std::find(spec.figures.begin(), spec.figures.end(), "threads") != spec.figures.end()) {
-        std::vector<StudyPoint> pts;
-        for (const auto& r : points)
-            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
         const auto f = summarise_wait_methods(spec, pts, out_dir,
                                               machine_of(out_dir, board) + "; " + points.front().params.at("model") + " " +
                                                   points.front().params.at("type") + "; --level full; one run of each: round 1");
         written.insert(written.end(), f.begin(), f.end());
     }
     if (spec.matmul_backends) {
-        std::vector<StudyPoint> pts;
-        size_t rounds = 0;
-        for (const auto& r : points) {
-            for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
-            rounds = std::max(rounds, r.dbs.size());
-        }
         const auto f = summarise_matmul_backends(spec, pts, out_dir,
                                                  machine_of(out_dir, board) + "; " + points.front().params.at("model") +
                                                      ", decode; CPU: --level " + spec.level + " trace, " +
