@@ -215,8 +215,7 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
     // synchronizes), during which the device computes what was submitted.
     std::vector<std::tuple<double, double, double, double>> gpu[4], submits, device_waits;
     {
-        store::Database sdb(db, store::Database::Mode::ReadOnly);
-        store::Statement st(sdb.handle(),
+        store::Statement st(trace.db().handle(),
                             ("SELECT e.kind, e.start_ns, e.end_ns, coalesce(n.op, ''), coalesce(n.attention, 0) FROM gpu_events e "
                              "LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor WHERE e.start_ns >= " +
                              std::to_string(c.start_ns) + " AND e.start_ns < " + std::to_string(c.end_ns))
