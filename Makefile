@@ -80,13 +80,15 @@ INVENTORY ?= farm/inventory-local.ini
 STUDIES ?= all
 FARM_QUICK ?= 1
 FARM_RESULTS ?= farm-results
+# The controller's profinfer, which merges what came back.
+FARM_PROFINFER ?= $(BUILD)/profinfer
 farm:
 	@command -v ansible-playbook >/dev/null || scripts/install-deps.sh --with-ansible
 	@mkdir -p $(FARM_RESULTS)
 	@ANSIBLE_PYTHON_INTERPRETER=/usr/bin/python3 ansible-playbook -i $(INVENTORY) farm/playbook.yml \
 	  -e controller_dir=$(CURDIR) -e farm_results=$(abspath $(FARM_RESULTS)) -e studies=$(STUDIES) \
 	  -e quick=$(FARM_QUICK) $(FARM_EXTRA)
-	@/usr/bin/python3 scripts/farm-merge.py $(FARM_RESULTS)
+	@$(FARM_PROFINFER) experiment merge $(FARM_RESULTS) >/dev/null
 
 clean:
 	rm -rf $(BUILD) build-sanitized build-arm64

@@ -26,10 +26,11 @@ void warn_if_unrelated(const std::filesystem::path& a, const std::filesystem::pa
     store::Database da(a, store::Database::Mode::ReadOnly), db(b, store::Database::Mode::ReadOnly);
     auto ma = da.meta(), mb = db.meta();
     std::vector<std::string> differ;
-    const std::string model_a = model_of(ma["command"]), model_b = model_of(mb["command"]);
+    using K = store::MetaKey;
+    const std::string model_a = model_of(ma[K::Command]), model_b = model_of(mb[K::Command]);
     if (model_a != model_b) differ.push_back("model " + model_a + " vs " + model_b);
-    if (ma["level"] != mb["level"]) differ.push_back("level " + ma["level"] + " vs " + mb["level"]);
-    if (ma["host"] != mb["host"]) differ.push_back("host " + ma["host"] + " vs " + mb["host"]);
+    if (ma[K::Level] != mb[K::Level]) differ.push_back("level " + ma[K::Level] + " vs " + mb[K::Level]);
+    if (ma[K::Host] != mb[K::Host]) differ.push_back("host " + ma[K::Host] + " vs " + mb[K::Host]);
     if (differ.empty()) return;
     std::string line;
     for (const auto& d : differ) line += (line.empty() ? "" : ", ") + d;

@@ -76,6 +76,19 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
             return 0;
         };
     });
+    auto farm = std::make_shared<std::string>();
+    auto* merge = cmd->add_subcommand("merge", "Merge what make farm brought back (FARM/<board>/<study>/index.db) into "
+                                               "FARM/farm.db and write each study's boards side by side into FARM/compare/");
+    merge->add_option("farm_dir", *farm, "The farm's results (make farm's FARM_RESULTS)")->required()->check(CLI::ExistingDirectory);
+    merge->callback([&action, farm] {
+        action = [farm] {
+            const FarmMerge m = merge_farm(*farm);
+            std::cerr << "profinfer: " << (fs::path(*farm) / "farm.db").string() << ": " << m.runs << " runs of " << m.boards
+                      << " boards\n";
+            for (const auto& f : m.written) std::cout << f.string() << "\n";
+            return 0;
+        };
+    });
     auto* sum = cmd->add_subcommand("summarise", "Write the table and figures of an experiment from what it has recorded");
     sum->add_option("spec", *spec, "Experiment spec (TOML)")->required()->check(CLI::ExistingFile);
     sum->add_option("--board", *board, "Board the results are for")->capture_default_str();

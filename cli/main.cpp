@@ -1,4 +1,4 @@
-// profinfer: one command-line program, one subcommand per job (architecture.md).
+// profinfer: one command-line program, one subcommand per job (docs/architecture.md).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 

@@ -16,6 +16,7 @@
 #include "profinfer/stats.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/output_file.h"
+#include "profinfer/fit.h"
 #include "profinfer/perf_models.h"
 #include "subcommands.h"
 

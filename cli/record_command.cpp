@@ -70,7 +70,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     auto consumer = std::make_shared<std::string>("idle");
     cmd->add_option("--consumer", *consumer,
                     "Priority of profinfer's own reading and writing while the target runs: idle (SCHED_IDLE, "
-                    "raised whenever the ring buffer is a quarter full or the target waits for it; the trace DB then "
+                    "raised whenever the ring buffer is an eighth full or the target waits for it; the trace DB then "
                     "lags behind the run and catches up at its end; normal with --qos-min-tps) or normal (the DB follows the run live, at the "
                     "cost of CPU time the target's threads may need)")
         ->check(CLI::IsMember({"idle", "normal"}))

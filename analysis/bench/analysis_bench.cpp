@@ -34,11 +34,12 @@ const std::filesystem::path& trace(int steps) {
         path = dir->path() / ("decode-" + std::to_string(steps) + ".db");
         store::Database db(path, store::Database::Mode::Create);
         GgmlLayout layout = GgmlLayout::builtin();
-        TraceWriter writer(db, layout, SchedPeers::Comm);
+        store::TraceTables tables(db);
+        TraceWriter writer(tables, layout, SchedPeers::Comm);
         bench::SyntheticDecode decode(writer, layout, kNodes);
         for (int s = 0; s < steps; ++s) decode.step();
         writer.commit();
-        db.set_meta("status", "complete");
+        db.set_meta(store::MetaKey::Status, "complete");
     }
     return path;
 }

@@ -11,6 +11,7 @@
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
 #include "profinfer/roofline.h"
+#include "profinfer/statistics.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 #include "profinfer/trace_graph.h"
@@ -34,8 +35,8 @@ template <class Draw>
 void draw_latency_figure(const fs::path& path, Draw& draw) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     const auto meta = db.meta();
-    if (!meta.count("pid")) return;
-    const int64_t pid = store::meta_integer(db, meta, "pid");
+    if (!meta.has(store::MetaKey::Pid)) return;
+    const int64_t pid = meta.integer(store::MetaKey::Pid);
     std::vector<std::pair<double, double>> tokens;  // (s since the first decode call, ms)
     store::Statement t(db.handle(), "SELECT start_ns, dur_ns FROM calls WHERE phase = 'decode' ORDER BY start_ns");
     int64_t t0 = -1;
@@ -48,7 +49,7 @@ void draw_latency_figure(const fs::path& path, Draw& draw) {
     store::Statement p(db.handle(), ("SELECT ts_ns FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
                                      std::to_string(pid) + " AND ts_ns >= " + std::to_string(t0) + " ORDER BY ts_ns").c_str());
     while (p.step()) preempted.push_back((p.column_int(0) - t0) / 1e9);
-    const auto w = store::hog_window(db, meta);
+    const auto w = store::hog_window(meta);
     const bool hog = w.has_value();
     const double a = hog ? (w->start_ns - t0) / 1e9 : 0, b = hog ? (w->stop_ns - t0) / 1e9 : 0;
     double top = 0;
@@ -109,8 +110,7 @@ void draw_steps_figure(const fs::path& path, Draw& draw) {
             k[0].push_back(steps[j].mm), k[1].push_back(steps[j].att), k[2].push_back(steps[j].other), k[3].push_back(steps[j].outside);
         double top[4], sum = 0;
         for (int c = 0; c < 4; ++c) {
-            std::sort(k[c].begin(), k[c].end());
-            sum += k[c][k[c].size() / 2];
+            sum += median_of(k[c]);
             top[c] = sum;
         }
         rows.emplace_back(double(i) + bin / 2.0 + 1, top[0], top[1], top[2], top[3]);

@@ -21,13 +21,6 @@ void percentile_bounds(std::vector<double>& estimates, Interval& out) {
 
 }  // namespace
 
-double median_of(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 Interval median_interval(const std::vector<double>& values) {
     Interval out;
     out.n = values.size();

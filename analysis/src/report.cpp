@@ -86,7 +86,7 @@ std::string run_section(const fs::path& db, const MachineBench* machine, const f
     }
     o << "<pre>" << html_escape(summary.to_text()) << "</pre>\n";
     if (summary.op_records == 0) {
-        o << "<p>No operator records (recorded at --level " << html_escape(summary.meta["level"]) << ").</p></section>\n";
+        o << "<p>No operator records (recorded at --level " << html_escape(summary.meta[store::MetaKey::Level]) << ").</p></section>\n";
         return o.str();
     }
     o << "<h3>Top operators</h3>\n" << html_table(stats_table(db, "op"), 15);

@@ -13,10 +13,10 @@ std::string operator_sampling_note(store::Database& db) {
     if (left_out == 0) return "";
     const int64_t calls = db.scalar("SELECT count(*) FROM calls");
     const auto meta = db.meta();
-    auto budget = meta.find("budget_pct");
-    std::string why = budget != meta.end() ? "--budget " + [&] {
+    const bool budget = meta.has(store::MetaKey::BudgetPct);
+    std::string why = budget ? "--budget " + [&] {
         char b[32];
-        std::snprintf(b, sizeof b, "%g", std::strtod(budget->second.c_str(), nullptr));
+        std::snprintf(b, sizeof b, "%g", std::strtod(meta[store::MetaKey::BudgetPct].c_str(), nullptr));
         return std::string(b);
     }() + " %"
                                            : std::string("the QoS controller (--qos-min-tps)");
@@ -78,13 +78,14 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
 }
 
 nlohmann::json RunSummary::to_json() const {
-    auto m = [&](const char* k) { auto it = meta.find(k); return it == meta.end() ? std::string() : it->second; };
+    auto m = [&](store::MetaKey k) { return meta[k]; };
+    using K = store::MetaKey;
     return {
         {"status", health.status},
         {"status_reason", health.reason},
-        {"level", m("level")},
-        {"command", m("command")},
-        {"pid", m("pid")},
+        {"level", m(K::Level)},
+        {"command", m(K::Command)},
+        {"pid", m(K::Pid)},
         {"tokens", tokens},
         {"prefill_calls", prefill_calls},
         {"decode_calls", decode_calls},
@@ -101,8 +102,8 @@ nlohmann::json RunSummary::to_json() const {
         {"sched_wakeups", sched_wakeups},
         {"expert_records", expert_records},
         {"counters_valid_share", counters_valid_share},
-        {"op_strategy", m("op_strategy")},
-        {"struct_layout", m("struct_layout")},
+        {"op_strategy", m(K::OpStrategy)},
+        {"struct_layout", m(K::StructLayout)},
         {"ttft_ms", ttft_ms ? nlohmann::json(*ttft_ms) : nlohmann::json(nullptr)},
         {"median_tpot_ms", median_tpot_ms ? nlohmann::json(*median_tpot_ms) : nlohmann::json(nullptr)},
         {"lost_events", health.lost_records},
@@ -110,7 +111,7 @@ nlohmann::json RunSummary::to_json() const {
         {"lost_or_cut_by_kind", health.losses},
         {"attached_probes", attached_probes},
         {"missing_probes", missing_probes},
-        {"meta", meta},
+        {"meta", meta.all()},
     };
 }
 
@@ -128,7 +129,7 @@ std::string RunSummary::to_text() const {
       << "decode calls    " << decode_calls << "\n"
       << (ops_untraced_calls ? "operator calls  " + std::to_string(prefill_calls + decode_calls - ops_untraced_calls) +
                                    " calls with operators recorded (" + std::to_string(ops_untraced_calls) +
-                                   " left out by " + (meta.count("budget_pct") ? "--budget" : "--qos-min-tps") + ")\n"
+                                   " left out by " + (meta.has(store::MetaKey::BudgetPct) ? "--budget" : "--qos-min-tps") + ")\n"
                              : "")
       << "graphs          " << graphs << " (CPU graphs " << cpu_graphs << ")\n"
       << "operators       " << operators << " nodes, " << op_records << " per-thread records, " << op_types

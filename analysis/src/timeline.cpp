@@ -122,7 +122,7 @@ std::string sched_states_sql(int64_t pid) {
 int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
     store::Database db(path, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
-    const int64_t pid = meta.count("pid") ? store::meta_integer(db, meta, "pid") : 0;
+    const int64_t pid = meta.has(store::MetaKey::Pid) ? meta.integer(store::MetaKey::Pid) : 0;
     const std::string p = std::to_string(pid);
     const int64_t t0 = db.scalar(
         "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "
@@ -131,7 +131,7 @@ int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
 
     // Track names first: every thread that ran a call, a graph or a node, and a
     // scheduler track for each thread the scheduler events name.
-    w.metadata(pid, 0, "process_name", {{"name", basename_of(meta["command"]) + " (pid " + p + ")"}});
+    w.metadata(pid, 0, "process_name", {{"name", basename_of(meta[store::MetaKey::Command]) + " (pid " + p + ")"}});
     std::map<int64_t, std::string> comm;
     {
         store::Statement st(db.handle(), ("SELECT tid, comm FROM (SELECT ts_ns, prev_tid AS tid, prev_comm AS comm FROM "

@@ -1,7 +1,7 @@
 // results/<board>/README.md, generated whole from the tables beside it: every number in it
 // is a cell of a committed table (a study's verdicts.csv or table.csv, machine.json), so
 // the README can never say more than, or other than, its data.
-#include <sqlite3.h>
+
 
 #include <cmath>
 #include <fstream>
@@ -11,6 +11,7 @@
 #include "profinfer/experiment.h"
 #include "profinfer/output_file.h"
 #include "profinfer/stats.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/store.h"
 
 namespace fs = std::filesystem;
@@ -24,26 +25,9 @@ std::string text_of(const nlohmann::json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-Table read_csv(const fs::path& f) {
-    std::ifstream in(f);
-    if (!in) throw Error("cannot read " + f.string());
-    return Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
-}
-
 // The study's own description, from its index (name, title, paper, level, quick, rounds).
 std::map<std::string, std::string> study_facts(const fs::path& index) {
-    std::map<std::string, std::string> out;
-    sqlite3* h = nullptr;
-    if (sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-        sqlite3_close(h);
-        throw Error("cannot open " + index.string());
-    }
-    {
-        store::Statement st(h, "SELECT key, value FROM experiment");
-        while (st.step()) out[st.column_text(0)] = st.column_text(1);
-    }
-    sqlite3_close(h);
-    return out;
+    return store::ExperimentIndex(index, store::ExperimentIndex::Mode::Read).facts();
 }
 
 // A table cell as the tables print it (3 significant digits), "–" when empty.
@@ -130,7 +114,7 @@ fs::path write_results_readme(const fs::path& dir) {
           "|---|---|---|---|---|---|---|\n";
     for (const auto& s : studies) {
         auto facts = study_facts(s / "index.db");
-        const Table v = read_csv(s / "verdicts.csv");
+        const Table v = Table::read_csv_file(s / "verdicts.csv");
         const std::string name = s.filename().string();
         if (v.rows.empty())
             md << "| [" << name << "](" << name << "/) | " << facts["paper"] << " | (no claim stated as a comparison) | | | | |\n";
@@ -159,7 +143,7 @@ fs::path write_results_readme(const fs::path& dir) {
     for (const auto& s : studies) {
         auto facts = study_facts(s / "index.db");
         const std::string name = s.filename().string();
-        const Table t = read_csv(s / "table.csv");
+        const Table t = Table::read_csv_file(s / "table.csv");
         double lo = INFINITY, hi = -INFINITY;
         size_t n_lo = SIZE_MAX, n_hi = 0;
         for (const auto& r : t.rows) {

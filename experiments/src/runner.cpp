@@ -1,7 +1,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/prctl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -23,6 +22,7 @@
 #include "profinfer/board.h"
 #include "profinfer/experiment.h"
 #include "profinfer/llama_install.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/store.h"
 #include "profinfer/stable_random.h"
 #include "profinfer/subprocess.h"
@@ -101,71 +101,6 @@ std::string duration_text(double s) {
         std::snprintf(b, sizeof b, "%dm%02ds", int(s) / 60, int(s) % 60);
     return b;
 }
-
-// The experiment's index: one row per (point, round), kept across runs so that a second
-// run resumes where the first stopped.
-class Index {
-public:
-    explicit Index(const fs::path& path) : path_(path) {
-        if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr) !=
-            SQLITE_OK) {
-            std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-            sqlite3_close(db_);
-            throw Error("cannot open experiment index " + path.string() + ": " + msg);
-        }
-        sqlite3_busy_timeout(db_, 2000);
-        // `points` (one run per point, before rounds) is the table of older indexes: its
-        // trace DBs are not committed, so those points are recorded again, in rounds.
-        exec("DROP TABLE IF EXISTS points;"
-             "CREATE TABLE IF NOT EXISTS experiment (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-             "CREATE TABLE IF NOT EXISTS runs (id TEXT NOT NULL, round INTEGER NOT NULL, key TEXT NOT NULL, "
-             "params TEXT NOT NULL, status TEXT NOT NULL, db TEXT, command TEXT, reason TEXT, started_at REAL, "
-             "ended_at REAL, seconds REAL, bench TEXT, cpu_s REAL, PRIMARY KEY (id, round))");
-    }
-    ~Index() { sqlite3_close(db_); }
-    Index(const Index&) = delete;
-    Index& operator=(const Index&) = delete;
-
-    void exec(const std::string& sql) {
-        char* err = nullptr;
-        if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-            std::string msg = err ? err : "?";
-            sqlite3_free(err);
-            throw Error("experiment index " + path_.string() + ": " + msg);
-        }
-    }
-    void set(const std::string& key, const std::string& value) {
-        store::Statement st(db_, "INSERT OR REPLACE INTO experiment(key, value) VALUES (?, ?)");
-        st.bind(1, key).bind(2, value).run();
-    }
-    std::string status(const SweepPoint& p, int round) {
-        store::Statement st(db_, "SELECT status FROM runs WHERE id = ? AND round = ?");
-        st.bind(1, p.id()).bind(2, int64_t(round));
-        return st.step() ? st.column_text(0) : "";
-    }
-    void put(const SweepPoint& p, int round, const std::string& status, const std::string& db, const std::string& command,
-             const std::string& reason, double started, double ended, const std::string& bench) {
-        store::Statement st(db_,
-                            "INSERT OR REPLACE INTO runs(id, round, key, params, status, db, command, reason, started_at, "
-                            "ended_at, seconds, bench) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-        st.bind(1, p.id()).bind(2, int64_t(round)).bind(3, p.key()).bind(4, nlohmann::json(p.params).dump()).bind(5, status);
-        st.bind(6, db).bind(7, command).bind(8, reason).bind(9, started).bind(10, ended).bind(11, ended - started);
-        st.bind(12, bench).run();
-    }
-    void set_cpu(const SweepPoint& p, int round, double cpu_s) {
-        store::Statement st(db_, "UPDATE runs SET cpu_s = ? WHERE id = ? AND round = ?");
-        st.bind(1, cpu_s).bind(2, p.id()).bind(3, int64_t(round)).run();
-    }
-    // Mean seconds of the runs done so far (for the ETA); 0 when none.
-    double mean_seconds() {
-        store::Statement st(db_, "SELECT coalesce(avg(seconds), 0) FROM runs WHERE status = 'done'");
-        return st.step() ? st.column_double(0) : 0;
-    }
-
-private:
-    fs::path path_;
-    sqlite3* db_ = nullptr;
-};
 
 // A point's hog: "none", "cpuN" (CPU N for the whole point) or "cpuN@S-E" (CPU N from S to
 // E seconds after the point's command starts: paper Fig. 8's before / during / after).
@@ -277,8 +212,8 @@ void reap_orphan(const fs::path& db, const std::string& key) {
         store::Database d(db, store::Database::Mode::ReadOnly);
         if (store::run_health(d).status != store::to_string(store::RunStatus::Running)) return;  // its recorder is gone
         auto meta = d.meta();
-        pid_text = meta["recorder_pid"];
-        start = meta["recorder_start"];
+        pid_text = meta[store::MetaKey::RecorderPid];
+        start = meta[store::MetaKey::RecorderStart];
     } catch (const Error&) {
         return;  // not even a trace: nothing of ours runs for it
     }
@@ -423,7 +358,13 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     }
     fs::create_directories(opt.out_dir / "points");
     FolderLock lock(opt.out_dir);
-    Index index(opt.out_dir / "index.db");
+    store::ExperimentIndex index(opt.out_dir / "index.db", store::ExperimentIndex::Mode::Write);
+    auto put = [&](const SweepPoint& p, int round, const std::string& status, const std::string& db,
+                   const std::string& command, const std::string& reason, double started, double ended,
+                   const std::string& bench) {
+        index.put({p.id(), round, p.key(), nlohmann::json(p.params).dump(), status, db, command, reason, started, ended,
+                   ended - started, bench, std::nullopt});
+    };
     const int rounds = opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick);
     rep.rounds = rounds;
     auto db_of = [&](const SweepPoint& p, int round) {
@@ -431,21 +372,21 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     };
     for (int round = 1; round <= rounds; ++round)
         for (const auto& p : points)
-            if (index.status(p, round) == "running") reap_orphan(db_of(p, round), p.key());
-    index.set("name", spec.name);
-    index.set("title", spec.title);
-    index.set("paper", spec.paper);
-    index.set("level", spec.level);
-    index.set("board", opt.board);
-    index.set("quick", opt.quick ? "1" : "0");
-    index.set("rounds", std::to_string(rounds));
+            if (index.status(p.id(), round) == "running") reap_orphan(db_of(p, round), p.key());
+    index.set_fact("name", spec.name);
+    index.set_fact("title", spec.title);
+    index.set_fact("paper", spec.paper);
+    index.set_fact("level", spec.level);
+    index.set_fact("board", opt.board);
+    index.set_fact("quick", opt.quick ? "1" : "0");
+    index.set_fact("rounds", std::to_string(rounds));
     // The index is committed with the results, the trace DBs are not: on a fresh clone the
     // runs the index calls done have lost their traces, and the study is recorded again whole
     // (untraced runs too, so that every round of it comes from this machine and this time).
     bool traces_gone = false;
     for (int round = 1; round <= rounds && !traces_gone; ++round)
         for (const auto& p : points)
-            if (is_traced(p.at("tracer")) && index.status(p, round) == "done" && !fs::exists(db_of(p, round))) {
+            if (is_traced(p.at("tracer")) && index.status(p.id(), round) == "done" && !fs::exists(db_of(p, round))) {
                 traces_gone = true;
                 std::cerr << "profinfer: " << spec.name << ": runs the index calls done have no trace DB here (a fresh "
                           << "clone?): recording the study again\n";
@@ -460,13 +401,13 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             const std::string head = "[round " + std::to_string(round) + "/" + std::to_string(rounds) + ", " +
                                      std::to_string(k) + "/" + std::to_string(total) + "] " + p.key();
             const fs::path db = db_of(p, round);
-            if (index.status(p, round) == "done" && !traces_gone) {
+            if (index.status(p.id(), round) == "done" && !traces_gone) {
                 ++rep.already_done;
                 --left;
                 continue;
             }
             if (auto it = missing.find(p.id()); it != missing.end()) {
-                index.put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
+                put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
                 if (round == 1) std::cerr << head << ": skipped: " << it->second << "\n";
                 ++rep.skipped;
                 --left;
@@ -486,7 +427,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             std::string shown;
             for (const auto& [k, v] : env) shown += k + "=" + shell_quote(v) + " ";
             shown += shell_command(on_board(opt, w.program));
-            index.put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
+            put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
             const Hog hog = point_hog(p);
             auto monotonic_ns = [] {
                 struct timespec ts;
@@ -517,15 +458,15 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
             if (r.status == 0 && p.at("backend") == "vulkan" && p.at("vkperf") == "on" && w.traced)  // the logger's device times (Fig. 12)
                 OutputFile::write(vulkan_timings_file(db), r.err);
             if (r.status == 0) {
-                index.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
-                index.set_cpu(p, round, cpu_s);
+                put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
+                index.set_cpu(p.id(), round, cpu_s);
                 ++rep.done;
                 std::cerr << "    done in " << duration_text(ended - started) << "\n";
             } else {
                 std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
                 while (!why.empty() && why.back() == '\n') why.pop_back();
                 if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
-                index.put(p, round, "failed", w.traced ? db.string() : "", shown, why, started, ended, r.out);
+                put(p, round, "failed", w.traced ? db.string() : "", shown, why, started, ended, r.out);
                 ++rep.failed;
                 std::cerr << "    failed: " << why << "\n";
             }

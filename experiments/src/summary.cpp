@@ -1,5 +1,4 @@
 #include <linux/perf_event.h>
-#include <sqlite3.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/figures.h"
 #include "profinfer/machine_bench.h"
 #include "profinfer/output_file.h"
@@ -120,12 +120,13 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         // Times a target thread lost its CPU while runnable (preempted), per decode call:
         // the scheduler events of --level full; null without them.
         const int64_t switches = db.scalar("SELECT count(*) FROM sched_switch");
-        const std::string pid = db.meta()["pid"];
+        const auto meta = db.meta();
+        const std::string pid = meta[store::MetaKey::Pid];
         const int64_t decode = m["decode_calls"].get<int64_t>();
         m["preempted_per_token"] =
             switches > 0 && decode > 0 && !pid.empty()
                 ? nlohmann::json(double(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
-                                                  std::to_string(store::meta_integer(db, db.meta(), "pid")))) /
+                                                  std::to_string(meta.integer(store::MetaKey::Pid)))) /
                                  double(decode))
                 : nlohmann::json(nullptr);
     }
@@ -133,7 +134,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         // Paper Fig. 8 before / during / after: the hog's window (noted in the trace by the
         // runner), and decode speed (1000 / median time per decode call, as decode_tps) of the
         // calls that began before, inside and after it. Null without a hog.
-        const auto w = store::hog_window(db, db.meta());
+        const auto w = store::hog_window(db.meta());
         for (const char* part : {"before", "during", "after"}) m[std::string("decode_tps_") + part + "_hog"] = nullptr;
         if (w) {
             const int64_t a = w->start_ns, b = w->stop_ns;
@@ -371,7 +372,6 @@ struct StudyFacts {
 
 std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, StudyFacts& facts) {
     const fs::path index = out_dir / "index.db";
-    if (!fs::exists(index)) throw Error("no experiment index at " + index.string() + ": run the experiment first");
     std::vector<Recorded> points;
     std::map<std::string, size_t> at;
     const nlohmann::json machine = machine_json(out_dir);
@@ -379,45 +379,32 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         at[p.id()] = points.size();
         points.push_back({p.id(), p.params, {}, {}});  // parameters as the sweep has them now
     }
-    sqlite3* h = nullptr;
-    if (sqlite3_open_v2(index.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-        sqlite3_close(h);
-        throw Error("cannot open " + index.string());
-    }
-    try {
-        if (!store::Statement(h, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step())
-            throw Error(index.string() + " is an index from before interleaved rounds: run the experiment again");
-        if (store::Statement b(h, "SELECT value FROM experiment WHERE key = 'board'"); b.step()) facts.board = b.column_text(0);
-        store::Statement st(h, "SELECT id, round, db, bench, cpu_s, seconds FROM runs WHERE status = 'done' ORDER BY round, id");
-        while (st.step()) {
-            auto it = at.find(st.column_text(0));
-            if (it == at.end()) continue;  // the other sweep's point
-            Recorded& r = points[it->second];
-            facts.recording_s += st.column_double(5);
-            const fs::path db = st.column_text(2);
-            r.dbs.push_back({int(st.column_int(1)), db});
-            nlohmann::json m = point_metrics(db, st.column_text(3));
-            m["cpu_s"] = st.column_is_null(4) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(4));
-            // The tracing-cost measures a run makes on itself.
-            const std::string& tracer = r.params.at("tracer");
-            if (!db.empty() && tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
-                m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(db)));
-            if (!db.empty() && tracer.rfind("budget-", 0) == 0) {
-                m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(db));
-                m["traced_calls_pct"] = number_or_null(traced_calls_pct(db));
-            }
-            if (m.contains("weight_stream_gbs") && m["weight_stream_gbs"].is_number()) {
-                const double roof = triad_gbs(machine, std::stoi(r.params.at("threads")));
-                m["weight_stream_roof_pct"] = roof > 0 ? nlohmann::json(100 * m["weight_stream_gbs"].get<double>() / roof)
-                                                       : nlohmann::json(nullptr);
-            }
-            r.metrics.push_back(std::move(m));
+    store::ExperimentIndex ix(index, store::ExperimentIndex::Mode::Read);
+    if (auto f = ix.facts(); f.count("board")) facts.board = f["board"];
+    for (const auto& run : ix.done_runs()) {
+        auto it = at.find(run.id);
+        if (it == at.end()) continue;  // the other sweep's point
+        Recorded& r = points[it->second];
+        facts.recording_s += run.seconds;
+        const fs::path db = run.db;
+        r.dbs.push_back({run.round, db});
+        nlohmann::json m = point_metrics(db, run.bench);
+        m["cpu_s"] = run.cpu_s ? nlohmann::json(*run.cpu_s) : nlohmann::json(nullptr);
+        // The tracing-cost measures a run makes on itself.
+        const std::string& tracer = r.params.at("tracer");
+        if (!db.empty() && tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
+            m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(db)));
+        if (!db.empty() && tracer.rfind("budget-", 0) == 0) {
+            m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(db));
+            m["traced_calls_pct"] = number_or_null(traced_calls_pct(db));
         }
-    } catch (...) {
-        sqlite3_close(h);
-        throw;
+        if (m.contains("weight_stream_gbs") && m["weight_stream_gbs"].is_number()) {
+            const double roof = triad_gbs(machine, std::stoi(r.params.at("threads")));
+            m["weight_stream_roof_pct"] = roof > 0 ? nlohmann::json(100 * m["weight_stream_gbs"].get<double>() / roof)
+                                                   : nlohmann::json(nullptr);
+        }
+        r.metrics.push_back(std::move(m));
     }
-    sqlite3_close(h);
     std::vector<Recorded> done;
     for (auto& p : points)
         if (!p.dbs.empty()) done.push_back(std::move(p));

@@ -11,6 +11,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/number_text.h"
+#include "profinfer/trace_tables.h"
 
 namespace profinfer::store {
 
@@ -55,39 +56,21 @@ uint64_t process_start_time(int pid) {
     return 0;
 }
 
-namespace {
-// The event kinds that are whole records (the rest are data cut inside records).
-bool is_record_kind(const std::string& k) {
-    for (const char* r : {"token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu"})
-        if (k == r) return true;
-    return false;
-}
-}  // namespace
-
-int64_t meta_integer(const Database& db, const std::map<std::string, std::string>& meta, const std::string& key) {
-    auto it = meta.find(key);
-    const std::string v = it == meta.end() ? "" : it->second;
-    size_t used = 0;
-    const auto n = leading_integer(v, &used);
-    if (!n || used != v.size())
-        throw Error(db.path().string() + ": its meta '" + key + "' is '" + v + "', not an integer: a damaged trace?");
-    return *n;
-}
-
 RunHealth run_health(Database& db) {
     RunHealth h;
-    auto meta = db.meta();
-    if (!meta["events_version"].empty() && meta_integer(db, meta, "events_version") > kEventsVersion)
-        throw Error(db.path().string() + " was recorded with event format " + meta["events_version"] +
+    const auto meta = db.meta();
+    using K = MetaKey;
+    if (meta.has(K::EventsVersion) && meta.integer(K::EventsVersion) > kEventsVersion)
+        throw Error(db.path().string() + " was recorded with event format " + meta[K::EventsVersion] +
                     "; this profinfer reads up to " + std::to_string(kEventsVersion) + ": use a newer profinfer");
-    h.status = meta["status"];
-    h.reason = meta["error"];
+    h.status = meta[K::Status];
+    h.reason = meta[K::Error];
     if (h.status == to_string(RunStatus::Running)) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
-        const bool here = meta["host"] == host;
-        const std::string pid = meta["recorder_pid"], start = meta["recorder_start"];
-        if (here && !pid.empty() && std::to_string(process_start_time(int(meta_integer(db, meta, "recorder_pid")))) != start) {
+        const bool here = meta[K::Host] == host;
+        const std::string pid = meta[K::RecorderPid], start = meta[K::RecorderStart];
+        if (here && !pid.empty() && std::to_string(process_start_time(int(meta.integer(K::RecorderPid)))) != start) {
             h.status = to_string(RunStatus::Incomplete);
             h.reason = "the recorder (pid " + pid + ") ended without finishing the database";
         }
@@ -141,6 +124,7 @@ std::string Statement::column_text(int i) const {
     return p ? reinterpret_cast<const char*>(p) : "";
 }
 bool Statement::column_is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+int Statement::column_count() const { return sqlite3_column_count(st_); }
 
 Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
     if (mode != Mode::Create && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
@@ -245,27 +229,27 @@ int64_t Database::scalar(const std::string& sql) {
     return st.step() ? st.column_int(0) : 0;
 }
 
-std::optional<HogWindow> hog_window(const Database& db, const std::map<std::string, std::string>& meta) {
-    if (!meta.count("hog_start_ns") || !meta.count("hog_stop_ns")) return std::nullopt;
-    return HogWindow{meta_integer(db, meta, "hog_start_ns"), meta_integer(db, meta, "hog_stop_ns")};
+std::optional<HogWindow> hog_window(const Meta& meta) {
+    if (!meta.has(MetaKey::HogStartNs) || !meta.has(MetaKey::HogStopNs)) return std::nullopt;
+    return HogWindow{meta.integer(MetaKey::HogStartNs), meta.integer(MetaKey::HogStopNs)};
 }
 
 void note_hog_window(const std::filesystem::path& trace, const HogWindow& w) {
     Database db(trace, Database::Mode::Annotate);
-    db.set_meta("hog_start_ns", std::to_string(w.start_ns));
-    db.set_meta("hog_stop_ns", std::to_string(w.stop_ns));
+    db.set_meta(MetaKey::HogStartNs, std::to_string(w.start_ns));
+    db.set_meta(MetaKey::HogStopNs, std::to_string(w.stop_ns));
 }
 
-void Database::set_meta(const std::string& key, const std::string& value) {
+void Database::set_meta(MetaKey key, const std::string& value) {
     Statement st(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-    st.bind(1, key).bind(2, value).run();
+    st.bind(1, std::string(name(key))).bind(2, value).run();
 }
 
-std::map<std::string, std::string> Database::meta() {
+Meta Database::meta() {
     std::map<std::string, std::string> m;
     Statement st(db_, "SELECT key, value FROM meta");
     while (st.step()) m[st.column_text(0)] = st.column_text(1);
-    return m;
+    return Meta(path_, std::move(m));
 }
 
 std::vector<std::string> Database::counter_names() {

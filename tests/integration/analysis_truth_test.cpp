@@ -146,7 +146,7 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
         while (st.step())
             ADD_FAILURE() << "call " << st.column_int(0) << " of " << calls << ": " << st.column_int(1) << " nodes (not "
                           << per_decode_call << ") in " << st.column_int(2) << " graphs, " << st.column_int(3) / 1000
-                          << " us; meta: " << nlohmann::json(db.meta()).dump();
+                          << " us; meta: " << nlohmann::json(db.meta().all()).dump();
     }
     EXPECT_FALSE(s.ttft_ms.has_value());  // no prefill was recorded
     EXPECT_EQ(s.thread_slots, 2);

@@ -116,12 +116,10 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
         size_t rows = 0;
         for (const auto& f : fs::directory_iterator(out / "points"))
             if (f.path().extension() == ".db") rows += stats_table(f.path(), "matmul").rows.size();
-        std::ifstream in(out / "matmuls.csv");
-        const Table all = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+        const Table all = Table::read_csv_file(out / "matmuls.csv");
         EXPECT_GT(rows, 0u);
         EXPECT_EQ(all.rows.size(), rows);
-        std::ifstream fin(out / "fit.csv");
-        const Table fit = Table::from_csv(std::string(std::istreambuf_iterator<char>(fin), {}));
+        const Table fit = Table::read_csv_file(out / "fit.csv");
         bool pooled_decode = false;
         for (const auto& r : fit.rows)
             if (r[fit.column("model")] == "all" && r[fit.column("batch")] == "n=1") {
@@ -131,8 +129,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
         EXPECT_TRUE(pooled_decode);
         // The claim on the fitted lines: the pooled decode line per thread count, fitted
         // again in each of the 2 rounds — n = 2, too few for an interval.
-        std::ifstream vin(out / "verdicts.csv");
-        const Table v = Table::from_csv(std::string(std::istreambuf_iterator<char>(vin), {}));
+        const Table v = Table::read_csv_file(out / "verdicts.csv");
         std::set<std::string> groups;
         for (const auto& r : v.rows)
             if (r[v.column("claim")] == "Linear in MNKH") {
@@ -150,9 +147,9 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
         store::Statement st(h, "SELECT db, params FROM runs");
         while (st.step()) {
             store::Database db(st.column_text(0), store::Database::Mode::ReadOnly);
-            EXPECT_EQ(db.meta()["status"], "complete");
+            EXPECT_EQ(db.meta()[store::MetaKey::Status], "complete");
             const auto params = nlohmann::json::parse(st.column_text(1));
-            EXPECT_NE(db.meta()["command"].find("-t " + params["threads"].get<std::string>()), std::string::npos);
+            EXPECT_NE(db.meta()[store::MetaKey::Command].find("-t " + params["threads"].get<std::string>()), std::string::npos);
             EXPECT_EQ(db.scalar("SELECT count(DISTINCT ith) FROM thread_parts"), std::stoi(params["threads"].get<std::string>()));
         }
         }
@@ -365,8 +362,7 @@ metrics = ["decode_tps"]
     EXPECT_EQ(timings, 2);
     ASSERT_TRUE(fs::exists(out / "matmul-backends.csv"));
     EXPECT_TRUE(fs::exists(out / "tiny-fig12-matmul-shapes.png"));
-    std::ifstream in(out / "matmul-backends.csv");
-    const Table t = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    const Table t = Table::read_csv_file(out / "matmul-backends.csv");
     // Every decode weight-MatMul shape, measured on both sides in both rounds.
     bool lm_head = false;
     for (const auto& row : t.to_json()) {
@@ -409,8 +405,7 @@ metrics = ["wait_share_pct"]
     auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
     ASSERT_EQ(r.status, 0) << r.err;
     ASSERT_TRUE(fs::exists(out / "tiny-fig6-wait-methods-t2.png"));
-    std::ifstream in(out / "tiny-fig6-wait-methods-t2.csv");
-    const Table t = Table::from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    const Table t = Table::read_csv_file(out / "tiny-fig6-wait-methods-t2.csv");
     std::set<int> threads;
     int64_t samples = 0;
     for (const auto& row : t.to_json()) {

@@ -21,6 +21,7 @@ namespace {
 RunResult make_farm(const fs::path& results, const std::string& extra) {
     return run({"make", "--no-print-directory", "-C", PROFINFER_SOURCE_DIR, "farm", "INVENTORY=farm/inventory-local.ini",
                 "STUDIES=tests/fixtures/farm/smoke.toml", "FARM_RESULTS=" + results.string(),
+                "FARM_PROFINFER=" + std::string(PROFINFER_BIN),
                 "FARM_EXTRA=-e profinfer=" + std::string(PROFINFER_BIN) + " " + extra});
 }
 

@@ -52,8 +52,8 @@ TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
     waitpid(pid, &st, 0);
     ASSERT_TRUE(WIFEXITED(st));
     auto s = RunSummary::load(d / "run.db");
-    EXPECT_EQ(s.meta["status"], "incomplete");
-    EXPECT_EQ(s.meta["interrupted_by"], "Terminated");
+    EXPECT_EQ(s.meta[store::MetaKey::Status], "incomplete");
+    EXPECT_EQ(s.meta[store::MetaKey::InterruptedBy], "Terminated");
     EXPECT_GT(s.decode_calls, 10);
     EXPECT_GT(s.op_records, 100);
 }

@@ -80,10 +80,10 @@ TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
         ASSERT_EQ(rec.result.status, 0) << rec.result.err;
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
         auto meta = db.meta();
-        EXPECT_EQ(meta["consumer"], consumer);
+        EXPECT_EQ(meta[store::MetaKey::Consumer], consumer);
         EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0) << consumer;
         EXPECT_EQ(db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"), 399) << consumer;
-        const int64_t boosts = meta.count("consumer_boosts") ? std::stoll(meta["consumer_boosts"]) : -1;
+        const int64_t boosts = meta.has(store::MetaKey::ConsumerBoosts) ? std::stoll(meta[store::MetaKey::ConsumerBoosts]) : -1;
         if (std::string(consumer) == "idle")
             EXPECT_GT(boosts, 0) << "never raised although starved";
         else
@@ -117,7 +117,7 @@ TEST(RecordLimits, TinyBufferLossesAreCountedExactly) {
                                 "(SELECT 1 FROM nodes n WHERE n.graph_seq = o.graph_seq AND n.tensor = o.tensor)"),
                   lost(rec.db, "node"));
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
-        EXPECT_EQ(db.meta()["status"], "incomplete");
+        EXPECT_EQ(db.meta()[store::MetaKey::Status], "incomplete");
         EXPECT_NE(rec.result.err.find("events were lost"), std::string::npos) << rec.result.err;
         return;
     }
@@ -212,9 +212,9 @@ TEST(RecordLimits, MemoryLimitPutsTheCommandInACgroupOfItsOwn) {
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     const auto meta = db.meta();
     EXPECT_EQ(std::stoll(limit), 256ll << 20);
-    EXPECT_EQ(std::stoll(procs), std::stoll(meta.at("pid")));  // the command, not profinfer
-    EXPECT_EQ(meta.at("memory_limit_bytes"), std::to_string(256ll << 20));
-    EXPECT_EQ(meta.at("status"), "complete");
+    EXPECT_EQ(std::stoll(procs), std::stoll(meta[store::MetaKey::Pid]));  // the command, not profinfer
+    EXPECT_EQ(meta[store::MetaKey::MemoryLimitBytes], std::to_string(256ll << 20));
+    EXPECT_EQ(meta[store::MetaKey::Status], "complete");
     EXPECT_FALSE(fs::exists(cg));
     // Nonsense and --pid are refused before anything runs.
     auto bad = run({profinfer_bin(), "record", "--memory-limit", "lots", "-o", d / "x.db", "--", "true"});

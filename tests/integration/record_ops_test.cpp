@@ -60,7 +60,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
     auto s = RunSummary::load(rec.db);
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);
-    EXPECT_NE(s.meta["struct_layout"].find("DWARF"), std::string::npos);
+    EXPECT_NE(s.meta[store::MetaKey::StructLayout].find("DWARF"), std::string::npos);
     expect_calls_match_dump(rec.result, rec.db, 16, 2);
 }
 
@@ -72,7 +72,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadReleaseLibraries) {
     auto rec = record_graph_dump(d, graph_dump_release_bin());
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
-    EXPECT_NE(meta["struct_layout"].find("built-in"), std::string::npos) << meta["struct_layout"];
+    EXPECT_NE(meta[store::MetaKey::StructLayout].find("built-in"), std::string::npos) << meta[store::MetaKey::StructLayout];
     // ggml_backend_load_all dlopens every CPU variant to score it: all were seen (and
     // attached while mapped); the nodes ran in the one it kept.
     EXPECT_GE(db.scalar("SELECT count(*) FROM libraries WHERE role = 'libggml-cpu' AND path LIKE '%libggml-cpu-%.so' "
@@ -173,7 +173,7 @@ TEST(RecordFull, SchedulerEventsOfTargetThreads) {
                       {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "16", "Hello"});
     ASSERT_EQ(rec.result.status, 0) << rec.result.err;
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
-    const auto pid = std::stoll(db.meta()["pid"]);
+    const auto pid = std::stoll(db.meta()[store::MetaKey::Pid]);
     EXPECT_GT(db.scalar("SELECT count(*) FROM sched_switch"), 10);
     EXPECT_EQ(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_tgid != " + std::to_string(pid) +
                         " AND next_tgid != " + std::to_string(pid)),
@@ -204,7 +204,7 @@ TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
                       {{"PROFINFER_SCHED_SWITCH", "both"}});
     ASSERT_EQ(rec.result.status, 0) << rec.result.err;
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db.meta()["sched_switch_program"], "both");
+    EXPECT_EQ(db.meta()[store::MetaKey::SchedSwitchProgram], "both");
     store::Statement st(db.handle(), "SELECT cpu, prev_tid, next_tid, prev_state, preempt FROM sched_switch ORDER BY cpu, ts_ns");
     std::vector<std::array<int64_t, 5>> rows;
     while (st.step()) rows.push_back({st.column_int(0), st.column_int(1), st.column_int(2), st.column_int(3), st.column_int(4)});
@@ -234,7 +234,7 @@ TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
                       {{"PROFINFER_SCHED_SWITCH", "3arg"}});
     ASSERT_EQ(old.result.status, 0) << old.result.err;
     store::Database db3(old.db, store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db3.meta()["sched_switch_program"], "3arg");
+    EXPECT_EQ(db3.meta()[store::MetaKey::SchedSwitchProgram], "3arg");
     EXPECT_GT(db3.scalar("SELECT count(*) FROM sched_switch WHERE prev_state != 0"), 0);
 }
 
@@ -287,7 +287,7 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     waitpid(target, &st, 0);
     ASSERT_EQ(r.status, 0) << r.err;
     auto s = RunSummary::load(d / "run.db");
-    EXPECT_EQ(s.meta["status"], "complete");
+    EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
     EXPECT_EQ(s.prefill_calls, 0);  // the prompt was before we attached
     EXPECT_GT(s.decode_calls, 50);
     EXPECT_GT(s.operators, 1000);
@@ -401,7 +401,7 @@ TEST(RecordBudget, RecordsWholeCallsOnWindowsAndListsTheRest) {
     const int64_t decode = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
     const int64_t traced = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode' AND ops_traced");
     EXPECT_GE(traced, 4);  // a whole window
-    if (db.meta()["budget_traces_every_call"] == "1") {
+    if (db.meta()[store::MetaKey::BudgetTracesEveryCall] == "1") {
         // The run measured tracing as within the budget (the tiny model's calls can be as
         // fast traced as not): from the last attach on, the probes stayed and every call but
         // the one the attach fell in was traced.

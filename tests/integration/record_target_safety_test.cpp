@@ -219,8 +219,8 @@ TEST(TargetSafety, CommandThatForksIsFollowed) {
     expect_calls_match_dump(r, d / "run.db", 8, 2);
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     auto meta = db.meta();
-    EXPECT_NE(meta["launched_pid"], "") << "the shell was the target";
-    EXPECT_NE(meta["launched_pid"], meta["pid"]);
+    EXPECT_NE(meta[store::MetaKey::LaunchedPid], "") << "the shell was the target";
+    EXPECT_NE(meta[store::MetaKey::LaunchedPid], meta[store::MetaKey::Pid]);
 }
 
 namespace {
@@ -268,7 +268,7 @@ std::vector<std::string> long_dump(const fs::path& program = graph_dump_bin()) {
     return {program, tiny_model("llama3.2-1b"), "Hello world", "200000", "2", "--no-callback"};
 }
 
-std::map<std::string, std::string> meta_of(const fs::path& db) {
+store::Meta meta_of(const fs::path& db) {
     store::Database d(db, store::Database::Mode::ReadOnly);
     return d.meta();
 }
@@ -315,8 +315,8 @@ TEST(TargetSafety, ACommandThatIgnoresTheSignalIsNeverKilled) {
     kill(target, SIGKILL);  // the test's own cleanup: it would run for minutes
     reap(target, 30s);
     auto meta = meta_of(d / "run.db");
-    EXPECT_EQ(meta["status"], "incomplete");
-    EXPECT_NE(meta["error"].find("had not exited"), std::string::npos) << meta["error"];
+    EXPECT_EQ(meta[store::MetaKey::Status], "incomplete");
+    EXPECT_NE(meta[store::MetaKey::Error].find("had not exited"), std::string::npos) << meta[store::MetaKey::Error];
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     EXPECT_GE(db.scalar("SELECT count(*) FROM tokens"), recorded) << "recording went on after the first ^C";
 }
@@ -341,8 +341,8 @@ TEST(TargetSafety, AStoppedRecorderNeverFreezesTheTarget) {
     EXPECT_EQ(calls_in_dump(d / "out"), 16);
     ASSERT_TRUE(fs::exists(d / "run.db")) << read_file(d / "err");
     auto meta = meta_of(d / "run.db");
-    EXPECT_EQ(meta["status"], "incomplete");
-    EXPECT_NE(meta["error"].find("guardian resumed"), std::string::npos) << meta["error"];
+    EXPECT_EQ(meta[store::MetaKey::Status], "incomplete");
+    EXPECT_NE(meta[store::MetaKey::Error].find("guardian resumed"), std::string::npos) << meta[store::MetaKey::Error];
 }
 
 // The user stopped the target; then profinfer died: the guardian leaves the target as the
@@ -452,7 +452,7 @@ TEST(TargetSafety, KillNineDuringLoadLeavesNoDatabase) {
     kill(prof, SIGKILL);
     ASSERT_TRUE(reap(prof, 10s));
     EXPECT_TRUE(wait_until([&] { return !fs::exists(d / "run.db"); }, 10s))
-        << "a database was left for a command that never ran: " << meta_of(d / "run.db")["error"];
+        << "a database was left for a command that never ran: " << meta_of(d / "run.db")[store::MetaKey::Error];
     std::this_thread::sleep_for(200ms);
     EXPECT_FALSE(fs::exists(marker)) << "the command ran untraced";
 }

@@ -18,7 +18,7 @@ TEST(RecordToken, LlamaSimpleSixteenTokens) {
                   tiny_model("llama3.2-1b"), "-n", "16", "Hello world"});
     ASSERT_EQ(r.status, 0) << r.err;
     auto s = RunSummary::load(d / "run.db");
-    EXPECT_EQ(s.meta["status"], "complete");
+    EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);
     EXPECT_TRUE(s.health.losses.empty());

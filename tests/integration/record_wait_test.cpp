@@ -34,8 +34,8 @@ TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
     const fs::path db_path = record_full(d, {"--sample-hz", "2000"});
     store::Database db(db_path, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
-    EXPECT_EQ(meta["wait_method"], "sampled");
-    EXPECT_GE(std::stoi(meta["wait_ranges"]), 1) << "no barrier code found in the target";
+    EXPECT_EQ(meta[store::MetaKey::WaitMethod], "sampled");
+    EXPECT_GE(std::stoi(meta[store::MetaKey::WaitRanges]), 1) << "no barrier code found in the target";
     EXPECT_EQ(db.scalar("SELECT count(*) FROM probes WHERE symbol = 'ggml_barrier' AND attached = 1"), 0);
     EXPECT_EQ(db.scalar("SELECT count(*) FROM ops WHERE barriers > 0"), 0);
     EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
@@ -73,7 +73,7 @@ TEST(RecordWait, SampledSplitAgreesWithTheBarrierProbesOnTheSameSamples) {
     // instruction the kernel emulates (probe_site.h) 400 tokens take under a second.
     const fs::path db_path = record_full(d, {"--wait", "both", "--sample-hz", "4000"}, "1500");
     store::Database db(db_path, store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db.meta()["wait_method"], "both");
+    EXPECT_EQ(db.meta()[store::MetaKey::WaitMethod], "both");
     store::Statement st(db.handle(),
                         "SELECT sum(samples), sum(wait_samples), sum(barrier_state_samples) FROM thread_parts "
                         "WHERE barriers = 1");

@@ -18,7 +18,8 @@ void BM_TraceWriterDecodeSteps(benchmark::State& state) {
     PrivateTempDir dir("profinfer-bench");
     store::Database db(dir.path() / "bench.db", store::Database::Mode::Create);
     GgmlLayout layout = GgmlLayout::builtin();
-    TraceWriter writer(db, layout, SchedPeers::Comm);
+    store::TraceTables tables(db);
+    TraceWriter writer(tables, layout, SchedPeers::Comm);
     bench::SyntheticDecode decode(writer, layout, nodes);
     decode.step();  // the node details, sent once
     writer.commit();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "operator_gate.h"
+#include "profinfer/statistics.h"
 
 namespace profinfer {
 
@@ -117,11 +118,7 @@ private:
         q.push_back(v);
         if (q.size() > kHistory) q.pop_front();
     }
-    static double median(const std::deque<double>& q) {
-        std::vector<double> v(q.begin(), q.end());
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        return v[v.size() / 2];
-    }
+    static double median(const std::deque<double>& q) { return median_of(std::vector<double>(q.begin(), q.end())); }
     void switched() { since_switch_ = 0, traced_in_window_ = 0; }
     void update_estimates() {
         if (!untraced_.empty()) {

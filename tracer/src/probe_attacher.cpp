@@ -135,8 +135,8 @@ struct ProbeAttacher::OpLibrary {
     std::shared_ptr<ElfSymbols> symbols;
 };
 
-ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::Database& db)
-    : skel_(skel), pid_(pid), level_(level), wait_(wait), db_(db), layout_(GgmlLayout::builtin()) {
+ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::TraceTables& tables)
+    : skel_(skel), pid_(pid), level_(level), wait_(wait), tables_(tables), layout_(GgmlLayout::builtin()) {
     skel_->bss->layout = layout_.offsets;
 }
 
@@ -180,11 +180,7 @@ bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, c
 
 void ProbeAttacher::record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,
                   const std::string& reason) {
-    store::Statement st(db_.handle(),
-                        "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)");
-    st.bind(1, symbol).bind(2, lib).bind(3, std::string(kind)).bind(4, int64_t{ok});
-    ok ? st.bind_null(5) : st.bind(5, reason);
-    st.run();
+    tables_.add(store::ProbeRow{symbol, lib, kind, ok, reason});
 }
 
 void ProbeAttacher::attach_loader_watch(bool every_process) {
@@ -257,13 +253,11 @@ void ProbeAttacher::attach_new_libraries() {
     for (const auto& lib : fresh) {
         elf[lib.path] = elf_[lib.path] = std::make_shared<ElfSymbols>(lib.path);
         debug_info_[lib.path] = elf[lib.path]->has_debug_info();
-        store::Statement st(db_.handle(),
-                            "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)");
-        st.bind(1, lib.path.string()).bind(2, std::string(to_string(lib.role))).bind(3, elf[lib.path]->build_id());
-        st.bind(4, int64_t{debug_info_[lib.path]}).run();
+        tables_.add(store::LibraryRow{lib.path.string(), to_string(lib.role), elf[lib.path]->build_id(),
+                                      debug_info_[lib.path]});
     }
     update_layout();
-    db_.set_meta("struct_layout", layout_.source);
+    tables_.set_meta(store::MetaKey::StructLayout, layout_.source);
     // Operator probes go in one after another; a call that begins before the last is in
     // would record some of its nodes and not others (attached to a running target, the first
     // calls lacked the fused RMS_NORM+MUL nodes when that probe went in seconds after the
@@ -287,7 +281,7 @@ void ProbeAttacher::attach_new_libraries() {
         OpStrategy strategy = OpStrategy::None;
         if (lib.role == LibRole::GgmlCpu && is_op_group(max_group(level_))) {
             strategy = choose_strategy(sym);
-            db_.set_meta("op_strategy", to_string(strategy));
+            tables_.set_meta(store::MetaKey::OpStrategy, to_string(strategy));
             if (strategy == OpStrategy::None)
                 fatal.push_back(lib.path.filename().string() +
                                  " has neither ggml_compute_forward nor ggml_cpu_extra_compute_forward: is it "
@@ -350,7 +344,7 @@ void ProbeAttacher::update_wait_ranges(const std::vector<MappedLibrary>& mapped)
     skel_->bss->n_wait_ranges = 0;  // no sample reads a half-written table as complete
     for (size_t i = 0; i < n; ++i) skel_->bss->wait_ranges[i] = {ranges[i].first, ranges[i].second};
     __atomic_store_n(&skel_->bss->n_wait_ranges, uint32_t(n), __ATOMIC_RELEASE);
-    if (n != wait_ranges_stored_) db_.set_meta("wait_ranges", std::to_string(n));  // not at every loader stop
+    if (n != wait_ranges_stored_) tables_.set_meta(store::MetaKey::WaitRanges, std::to_string(n));  // not at every loader stop
     wait_ranges_stored_ = n;
 }
 

@@ -13,7 +13,7 @@
 
 #include "profinfer/recorder.h"
 #include "probe_site.h"
-#include "profinfer/store.h"
+#include "profinfer/trace_tables.h"
 #include "struct_layout.h"
 #include "target.h"
 
@@ -28,7 +28,7 @@ class ElfSymbols;
 class ProbeAttacher {
 public:
     // SKEL opened (not necessarily loaded yet); its layout global is kept up to date.
-    ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::Database& db);
+    ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, WaitMethod wait, store::TraceTables& tables);
     ~ProbeAttacher();
     ProbeAttacher(const ProbeAttacher&) = delete;
     ProbeAttacher& operator=(const ProbeAttacher&) = delete;
@@ -75,7 +75,7 @@ private:
     pid_t pid_;
     TraceLevel level_;
     WaitMethod wait_;
-    store::Database& db_;
+    store::TraceTables& tables_;
     GgmlLayout layout_;
     std::vector<Attached> attached_;
     std::vector<OpLibrary> op_libs_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "operator_gate.h"
+#include "profinfer/statistics.h"
 
 namespace profinfer {
 
@@ -22,9 +23,7 @@ public:
         recent_.push_back(duration_ns);
         if (recent_.size() > 4) recent_.pop_front();
         if (recent_.size() < 4 || now_ns - last_switch_ns_ < 1'000'000'000ull) return Action::None;
-        std::vector<uint64_t> d(recent_.begin(), recent_.end());
-        std::sort(d.begin(), d.end());
-        tps_ = 1e9 / double(d[d.size() / 2]);
+        tps_ = 1e9 / median_of(std::vector<double>(recent_.begin(), recent_.end()));
         if (attached && tps_ < min_tps_) return switched(now_ns), Action::Detach;
         if (!attached && tps_ >= min_tps_ * kHeadroom) return switched(now_ns), Action::Attach;
         return Action::None;

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -112,6 +114,14 @@ std::string process_comm(pid_t pid) {
     std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
     std::string s;
     std::getline(f, s);
+    return s;
+}
+
+std::string read_cmdline(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    std::replace(s.begin(), s.end(), '\0', ' ');
+    while (!s.empty() && s.back() == ' ') s.pop_back();
     return s;
 }
 

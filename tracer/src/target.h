@@ -38,5 +38,7 @@ bool process_exists(pid_t pid);
 // The state letter of /proc/PID/stat (R, S, T, Z, ...), or 0 if the process is gone.
 char process_state(pid_t pid);
 std::string process_comm(pid_t pid);
+// Its command line, arguments joined by spaces.
+std::string read_cmdline(pid_t pid);
 
 }  // namespace profinfer

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -17,6 +16,7 @@
 #include <string>
 
 #include "profinfer/error.h"
+#include "profinfer/trace_tables.h"
 
 namespace profinfer {
 
@@ -24,24 +24,6 @@ namespace {
 
 int pidfd_open(pid_t pid) { return int(syscall(SYS_pidfd_open, pid, 0)); }
 int pidfd_send_signal(int pidfd, int sig) { return int(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
-
-// What the recorder would have written had it lived. Only a run still marked running
-// is touched: the recorder may have finished its own bookkeeping before it died.
-void mark_incomplete(const char* db_path) {
-    sqlite3* db = nullptr;
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) == SQLITE_OK) {
-        sqlite3_busy_timeout(db, 5000);
-        sqlite3_exec(db,
-                     "BEGIN;"
-                     "INSERT OR REPLACE INTO meta(key, value) SELECT 'error', 'the recorder died during the recording "
-                     "(killed or crashed); the target went on untraced' WHERE (SELECT value FROM meta WHERE "
-                     "key = 'status') = 'running';"
-                     "UPDATE meta SET value = 'incomplete' WHERE key = 'status' AND value = 'running';"
-                     "COMMIT;",
-                     nullptr, nullptr, nullptr);
-    }
-    sqlite3_close(db);
-}
 
 // The state letter of /proc/PID/stat ('T': stopped, 't': stopped by a tracer).
 char state_of(pid_t pid) {
@@ -138,7 +120,7 @@ struct Stops {
     }
     stops.release(target_fd, true);
     if (started) {
-        mark_incomplete(db.c_str());
+        store::mark_recorder_died(db);
     } else if (ours) {  // nothing ran traced and nothing was recorded: no database to block the retry
         for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((db + suffix).c_str());
     }

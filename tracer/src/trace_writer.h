@@ -10,15 +10,17 @@
 
 #include "profinfer/recorder.h"
 #include "profinfer/store.h"
+#include "profinfer/trace_tables.h"
 #include "struct_layout.h"
 
 namespace profinfer {
 
 // The consumer side of the ring buffer: checks every record's size, validates what the
-// probes read against the struct layout, and writes rows in batched transactions.
+// probes read against the struct layout, and turns each record into the store's rows
+// (store::TraceTables), written in batched transactions.
 class TraceWriter {
 public:
-    TraceWriter(store::Database& db, const GgmlLayout& layout, SchedPeers peers);
+    TraceWriter(store::TraceTables& tables, const GgmlLayout& layout, SchedPeers peers);
     ~TraceWriter();
 
     // Writes one data record. Throws profinfer::Error when a record shows that the
@@ -36,32 +38,25 @@ public:
     uint64_t peers_removed() const { return peers_removed_; }
 
 private:
-    struct Statements;
     struct Peer {
         int64_t tid, tgid;
         std::string comm;
     };
     Peer peer(uint32_t target_tgid, uint32_t tid, uint32_t tgid, const char* comm);
-    store::Database& db_;
+    store::TraceTables& tables_;
     const GgmlLayout& layout_;
     SchedPeers peers_;
     uint64_t peers_removed_ = 0;
-    std::unique_ptr<Statements> st_;
     std::map<uint32_t, uint64_t> counts_;
     void write_ops(const pi_op_event& e);
     void write_node(const pi_node_event& e, const std::string& name);
     void note_node(uint64_t graph_seq, uint64_t tensor);
     void flush_graph_nodes(size_t at_least);
-    struct GraphNode {
-        uint64_t graph_seq, tensor;
-        int64_t def_id;
-    };
     std::unordered_map<uint64_t, std::string> node_names_;  // tensor → its last name sent (for experts rows)
     std::unordered_map<uint64_t, int64_t> node_def_ids_;     // tensor → node_defs row in force
     std::unordered_map<uint64_t, uint64_t> node_written_in_; // tensor → graph of its last graph_nodes row
-    std::vector<GraphNode> pending_graph_nodes_;
+    std::vector<store::GraphNodeRow> pending_graph_nodes_;
     uint64_t malformed_ = 0;
-    bool in_tx_ = false;
 };
 
 }  // namespace profinfer

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "profinfer/statistics.h"
+
 namespace profinfer {
 
 // Fewer values than this give no interval: a bootstrap over 2–4 rounds can only return the
@@ -22,8 +24,6 @@ struct Interval {
     size_t n = 0;                // values (rounds) it rests on
     bool has_interval() const { return std::isfinite(lo) && std::isfinite(hi); }
 };
-
-double median_of(std::vector<double> v);
 
 // The median of VALUES and its 95 % bootstrap interval (4000 resamples, a fixed seed: the
 // same values always give the same interval).

@@ -1,10 +1,8 @@
 #pragma once
-// The performance models `profinfer fit` exports (docs/models.md): from a results
-// directory's sweeps (matmul-dims/matmuls.csv and table.csv, machine.json), least squares
-// per backend, weight type, thread count and batch class for weight-MatMul time against
-// M·N·K·H, beside a roofline-shaped model on the measured roofs, each checked on held-out
-// models; and decode time per token from a model's hyperparameters, validated
-// leave-one-model-out. Written as models.json, read back by perf_models_reader.hpp.
+// The pieces of the performance models that the studies and the fit share: the weight
+// MatMuls of a dense model's decode token from its card, and the MatMul line fitted for
+// relative error. The fit itself is fit/ (`profinfer fit`); models.json is read back by
+// perf_models_reader.hpp.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -27,15 +25,5 @@ std::vector<perf::MatMulShape> card_matmuls(const ModelCard& card);
 // relative error (weights 1/time²: shapes span four orders of magnitude and each should
 // be predicted to the same percentage). The one line the Fig. 10 study and `fit` both draw.
 LinearFit fit_matmul_line(const std::vector<double>& mnkh, const std::vector<double>& us);
-
-struct FitResult {
-    nlohmann::json models;                       // what models.json holds
-    std::string summary_md;                      // the tables of the fit, for the README
-    std::vector<std::filesystem::path> written;  // figures and tables beside models.json
-};
-
-// Fits every model RESULTS_DIR has the sweeps for; writes figures and tables into
-// OUT_DIR (the directory of models.json). Throws profinfer::Error naming what is missing.
-FitResult fit_models(const std::filesystem::path& results_dir, const std::filesystem::path& out_dir);
 
 }  // namespace profinfer

@@ -17,7 +17,7 @@ namespace profinfer {
 std::string operator_sampling_note(store::Database& db);
 
 struct RunSummary {
-    std::map<std::string, std::string> meta;
+    store::Meta meta;
     int64_t tokens = 0;  // tokens processed (sum of batch sizes)
     int64_t decode_calls = 0, prefill_calls = 0;
     int64_t graphs = 0, cpu_graphs = 0;         // backend graphs, and CPU graphs (ggml_graph_compute)

@@ -2,8 +2,9 @@
 // The trace store: one SQLite database per run. The schema is declared once, in
 // store/src/schema.sql (compiled in), versioned by PRAGMA user_version and documented
 // in docs/trace-store.md; every derived quantity (calls, node times, base names,
-// layers, attention) once, in store/src/derived.sql, as TEMP views on every reading connection. The tracer writes through Writer; the analysis reads with
-// plain SQL through Database.
+// layers, attention) once, in store/src/derived.sql, as TEMP views on every reading
+// connection. The tracer writes through TraceTables (trace_tables.h), meta keys through
+// their registry (meta_keys.h); readers open a Database.
 #include <sqlite3.h>
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "profinfer/meta_keys.h"
 
 namespace profinfer::store {
 
@@ -51,6 +54,7 @@ public:
     double column_double(int i) const;
     std::string column_text(int i) const;
     bool column_is_null(int i) const;
+    int column_count() const;
 
 private:
     sqlite3* db_;
@@ -70,10 +74,10 @@ public:
     sqlite3* handle() const { return db_; }
     const std::filesystem::path& path() const { return path_; }
     int64_t scalar(const std::string& sql);  // first column of the first row, 0 if none
-    std::map<std::string, std::string> meta();
+    Meta meta();
     // The counters that filled ops columns c0.. : name by slot, "" where unused.
     std::vector<std::string> counter_names();
-    void set_meta(const std::string& key, const std::string& value);
+    void set_meta(MetaKey key, const std::string& value);
 
 private:
     void initialise(Mode mode);  // schema (Create) or its version check (ReadOnly)
@@ -111,10 +115,8 @@ inline constexpr const char* kOpsCutAtEnd = "op_cut_at_end";
 struct HogWindow {
     int64_t start_ns = 0, stop_ns = 0;
 };
-std::optional<HogWindow> hog_window(const Database& db, const std::map<std::string, std::string>& meta);
+std::optional<HogWindow> hog_window(const Meta& meta);
 void note_hog_window(const std::filesystem::path& trace, const HogWindow& w);
-// META[KEY] as an integer; an error naming the database and the key when it is not one.
-int64_t meta_integer(const Database& db, const std::map<std::string, std::string>& meta, const std::string& key);
 // One line for stderr when the run is not complete or lost anything, else empty.
 std::string health_warning(const std::filesystem::path& path, const RunHealth& h);
 

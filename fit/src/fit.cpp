@@ -1,0 +1,55 @@
+#include "profinfer/fit.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "fit_parts.h"
+#include "profinfer/error.h"
+#include "profinfer/output_file.h"
+
+namespace profinfer {
+
+using namespace fit;
+
+FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
+    const fs::path study = results_dir / "matmul-dims";
+    const MatMulGroups groups = read_matmul_groups(study / "matmuls.csv");
+    FitContext c;
+    c.results_dir = results_dir;
+    c.out_dir = out_dir;
+    if (fs::exists(results_dir / "machine.json")) c.machine = MachineBench::load(results_dir / "machine.json");
+    auto& out = c.out;
+    const auto& machine = c.machine;
+    out["schema"] = perf::kSchema;
+    out["version"] = perf::kSchemaVersion;
+    {
+        const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+        char b[32];
+        std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        out["created_utc"] = b;
+    }
+    out["board"] = results_dir.filename().string();
+    out["llama_cpp_commit"] = llama_commit(study / "index.db");
+    out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/points.csv (decode speed)";
+    out["units"] = {{"time", "microseconds per call (matmul), milliseconds per token (decode)"},
+                    {"mnkh", "M*N*K*H: multiply-adds of the MatMul"},
+                    {"m", "output features"}, {"n", "tokens in the batch"}, {"k", "input features"}, {"h", "remaining dims"}};
+    if (machine) out["machine"] = {{"cpu", machine->cpu}};
+    out["matmul"] = nlohmann::json::array();
+    const Table matmul_heldout = fit_matmul(c, groups);
+    fit_offload(c);
+    const Table decode_heldout = fit_decode(c, groups);
+    fit_context(c);
+    fit_moe(c);
+    FitResult res;
+    fs::create_directories(out_dir);
+    OutputFile::write(out_dir / "matmul-heldout.csv", matmul_heldout.to_csv());
+    OutputFile::write(out_dir / "decode-heldout.csv", decode_heldout.to_csv());
+    res.written = {out_dir / "matmul-heldout.csv", out_dir / "decode-heldout.csv"};
+    for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout)) res.written.push_back(f);
+    res.models = out;
+    res.summary_md = c.md.str();
+    return res;
+}
+
+}  // namespace profinfer

@@ -1,0 +1,73 @@
+#pragma once
+// What the fit's models share (one file per model beside this one): the study tables they
+// read, the weight-MatMul points by group, the MatMul line and its JSON, the held-out error
+// statistics, and the context every model writes models.json and the README's tables into.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "profinfer/machine_bench.h"
+#include "profinfer/perf_models.h"
+#include "profinfer/regression.h"
+#include "profinfer/stats.h"
+
+namespace profinfer::fit {
+
+namespace fs = std::filesystem;
+
+// A study's CSV table; an error naming the study to run when it is missing.
+Table read_table(const fs::path& f);
+std::string text(const nlohmann::json& v);  // a cell as text, numbers included
+std::string fmt(double v, const char* f = "%.3g");  // "–" when not finite
+
+// One weight-MatMul shape of matmul-dims/matmuls.csv: its median time (µs).
+struct Point {
+    std::string model;
+    int64_t m = 0, n = 0, k = 0, h = 0;
+    double us = 0;
+};
+// backend, type, threads, batch class (n=1 decode, n>1 prefill)
+using GroupKey = std::tuple<std::string, std::string, int, std::string>;
+using MatMulGroups = std::map<GroupKey, std::vector<Point>>;
+MatMulGroups read_matmul_groups(const fs::path& matmuls_csv);
+
+double bytes_per_elem(const std::string& type);
+std::string compute_kind_of(const std::string& type);
+LinearFit fit_points(const std::vector<const Point*>& pts);
+nlohmann::json linear_json(const LinearFit& f);
+
+// Held-out absolute errors (%): how many within ±10 %, the median and the 90th percentile.
+struct ErrStats {
+    size_t points = 0;
+    double within_10pct = 0, median_abs_pct = 0, p90_abs_pct = 0;
+};
+ErrStats err_stats(const std::vector<double>& abs_pct);
+nlohmann::json err_json(const ErrStats& e);
+
+// The llama.cpp commit the sweep ran, from llama-bench's own output in the study's index.
+std::string llama_commit(const fs::path& index);
+
+struct FitContext {
+    fs::path results_dir, out_dir;
+    std::optional<MachineBench> machine;  // results_dir/machine.json, when measured
+    nlohmann::json out;                   // models.json as it grows
+    std::ostringstream md;                // the README's tables
+};
+
+// Each model adds its entries to c.out and its table to c.md.
+Table fit_matmul(FitContext& c, const MatMulGroups& groups);  // out["matmul"]; returns the held-out predictions
+void fit_offload(FitContext& c);                               // out["matmul"]: the Vulkan line (vulkan-offload)
+Table fit_decode(FitContext& c, const MatMulGroups& groups);  // out["decode"]; returns the held-out models
+void fit_context(FitContext& c);                               // out["attention"] (across-tokens)
+void fit_moe(FitContext& c);                                   // out["moe"] (moe-experts, paper Fig. 13)
+// Predicted against measured for the held-out MatMuls and models: the figures it wrote.
+std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode);
+
+}  // namespace profinfer::fit

@@ -1,0 +1,75 @@
+#include "fit_parts.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "profinfer/plotter.h"
+
+namespace profinfer::fit {
+
+std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode) {
+    std::vector<fs::path> written;
+    // Predicted against measured, held-out MatMuls: one figure per thread count.
+    Plotter plot(out_dir);
+    std::set<int64_t> thread_counts;
+    for (const auto& r : matmul.rows) thread_counts.insert(r[2].get<int64_t>());
+    for (int64_t th : thread_counts) {
+        std::map<std::string, std::vector<std::pair<double, double>>> s;
+        double lo = INFINITY, hi = 0;
+        for (const auto& r : matmul.rows) {
+            if (r[2].get<int64_t>() != th) continue;
+            const double meas = r[9].get<double>();
+            lo = std::min(lo, meas), hi = std::max(hi, meas);
+            s["linear, " + r[3].get<std::string>()].push_back({meas, r[10].get<double>()});
+            if (r[11].is_number()) s["roofline, " + r[3].get<std::string>()].push_back({meas, r[11].get<double>()});
+        }
+        auto f = plot.draw("matmul-heldout-t" + std::to_string(th),
+                           "Held-out weight MatMuls, predicted vs measured (" + std::to_string(th) + " threads)", [&](Gnuplot& gp) {
+                               gp << "set logscale xy\nset xlabel 'measured (us)'\nset ylabel 'predicted (us)'\nset format x '1e%L'\n"
+                                     "set format y '1e%L'\n";
+                               std::string cmd = "plot ";
+                               int i = 0;
+                               for (const auto& [name, pts] : s)
+                                   cmd += std::string(i++ ? ", " : "") + "'-' using 1:2 with points pt 7 ps 0.7 title " + gnuplot_quote(name);
+                               cmd += ", '-' using 1:2 with lines lc rgb 'black' title 'exact', '-' using 1:2 with lines dt 2 lc rgb "
+                                      "'gray' title '+/-10 %', '-' using 1:2 with lines dt 2 lc rgb 'gray' notitle";
+                               gp << cmd << "\n";
+                               for (const auto& [name, pts] : s) gp.send1d(pts);
+                               for (double f : {1.0, 1.1, 0.9}) gp.send1d(std::vector<std::pair<double, double>>{{lo, lo * f}, {hi, hi * f}});
+                           });
+        written.push_back(f.png), written.push_back(f.svg);
+    }
+    if (!decode.rows.empty()) {
+        auto f = plot.draw("decode-heldout", "Decode speed, measured vs predicted for held-out models", [&](Gnuplot& gp) {
+            gp << "set xlabel 'measured (tokens/s)'\nset ylabel 'predicted (tokens/s)'\nset logscale xy\n";
+            std::map<std::string, std::vector<std::tuple<double, double, std::string>>> s;
+            double lo = INFINITY, hi = 0;
+            for (const auto& r : decode.rows) {
+                const double meas = r[4].get<double>();
+                lo = std::min(lo, meas), hi = std::max(hi, meas);
+                const std::string group = r[1].get<std::string>() + ", " + std::to_string(r[2].get<int64_t>()) + " threads";
+                s["sum of operators, " + group].push_back({meas, r[5].get<double>(), r[3].get<std::string>()});
+                s["direct, " + group].push_back({meas, r[7].get<double>(), ""});
+            }
+            std::string cmd = "plot ";
+            int i = 0;
+            for (const auto& [name, pts] : s)  // the model names beside the sum-of-operators points
+                cmd += std::string(i++ ? ", " : "") + "'-' using 1:2 with points pt 7 title " + gnuplot_quote(name) +
+                       (std::get<2>(pts.front()).empty() ? "" : ", '-' using 1:2:3 with labels offset 0.5,0.5 left font ',7' notitle");
+            cmd += ", '-' using 1:2 with lines lc rgb 'black' title 'exact'";
+            gp << cmd << "\n";
+            for (const auto& [name, pts] : s) {
+                std::vector<std::pair<double, double>> xy;
+                for (const auto& [x, y, l] : pts) xy.push_back({x, y});
+                gp.send1d(xy);
+                if (!std::get<2>(pts.front()).empty()) gp.send1d(pts);
+            }
+            gp.send1d(std::vector<std::pair<double, double>>{{lo * 0.9, lo * 0.9}, {hi * 1.1, hi * 1.1}});
+        });
+        written.push_back(f.png), written.push_back(f.svg);
+    }
+    return written;
+}
+
+}  // namespace profinfer::fit

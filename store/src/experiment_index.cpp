@@ -1,0 +1,169 @@
+#include "profinfer/experiment_index.h"
+
+#include "profinfer/error.h"
+#include "profinfer/store.h"
+
+namespace profinfer::store {
+
+namespace {
+const char kIndexSchema[] =
+#include "index.sql.inc"
+    ;
+const char kFarmSchema[] =
+#include "farm.sql.inc"
+    ;
+
+void exec_or_throw(sqlite3* db, const char* sql, const std::filesystem::path& path) {
+    char* err = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+        std::string msg = err ? err : "?";
+        sqlite3_free(err);
+        throw Error(path.string() + ": " + msg);
+    }
+}
+}
+
+ExperimentIndex::ExperimentIndex(const std::filesystem::path& path, Mode mode) : path_(path) {
+    if (mode == Mode::Read && !std::filesystem::exists(path))
+        throw Error("no experiment index at " + path.string() + ": run the experiment first");
+    const int flags = mode == Mode::Read ? SQLITE_OPEN_READONLY
+                                         : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW;
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        throw Error("cannot open experiment index " + path.string() + ": " + msg);
+    }
+    sqlite3_busy_timeout(db_, 2000);
+    if (mode == Mode::Write) {
+        try {
+            exec_or_throw(db_, kIndexSchema, path);
+        } catch (...) {
+            sqlite3_close(db_);
+            throw;
+        }
+    }
+}
+
+ExperimentIndex::~ExperimentIndex() { sqlite3_close(db_); }
+
+void ExperimentIndex::set_fact(const std::string& key, const std::string& value) {
+    Statement(db_, "INSERT OR REPLACE INTO experiment(key, value) VALUES (?, ?)").bind(1, key).bind(2, value).run();
+}
+
+std::map<std::string, std::string> ExperimentIndex::facts() {
+    std::map<std::string, std::string> out;
+    Statement st(db_, "SELECT key, value FROM experiment");
+    while (st.step()) out[st.column_text(0)] = st.column_text(1);
+    return out;
+}
+
+std::string ExperimentIndex::status(const std::string& id, int round) {
+    Statement st(db_, "SELECT status FROM runs WHERE id = ? AND round = ?");
+    st.bind(1, id).bind(2, int64_t(round));
+    return st.step() ? st.column_text(0) : "";
+}
+
+void ExperimentIndex::put(const IndexRun& r) {
+    Statement st(db_,
+                 "INSERT OR REPLACE INTO runs(id, round, key, params, status, db, command, reason, started_at, ended_at, "
+                 "seconds, bench, cpu_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    st.bind(1, r.id).bind(2, int64_t(r.round)).bind(3, r.key).bind(4, r.params).bind(5, r.status).bind(6, r.db);
+    st.bind(7, r.command).bind(8, r.reason).bind(9, r.started_at).bind(10, r.ended_at).bind(11, r.ended_at - r.started_at);
+    st.bind(12, r.bench);
+    r.cpu_s ? void(st.bind(13, *r.cpu_s)) : void(st.bind_null(13));
+    st.run();
+}
+
+void ExperimentIndex::set_cpu(const std::string& id, int round, double cpu_s) {
+    Statement(db_, "UPDATE runs SET cpu_s = ? WHERE id = ? AND round = ?").bind(1, cpu_s).bind(2, id).bind(3, int64_t(round)).run();
+}
+
+double ExperimentIndex::mean_seconds() {
+    Statement st(db_, "SELECT coalesce(avg(seconds), 0) FROM runs WHERE status = 'done'");
+    return st.step() ? st.column_double(0) : 0;
+}
+
+std::vector<IndexRun> ExperimentIndex::runs(const char* where) {
+    if (!Statement(db_, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step())
+        throw Error(path_.string() + " is an index from before interleaved rounds: run the experiment again");
+    std::vector<IndexRun> out;
+    const std::string sql = std::string("SELECT id, round, key, params, status, db, command, reason, started_at, ended_at, "
+                                        "seconds, bench, cpu_s FROM runs ") + where + " ORDER BY round, id";
+    Statement st(db_, sql.c_str());
+    while (st.step()) {
+        IndexRun r;
+        r.id = st.column_text(0);
+        r.round = int(st.column_int(1));
+        r.key = st.column_text(2);
+        r.params = st.column_text(3);
+        r.status = st.column_text(4);
+        r.db = st.column_text(5);
+        r.command = st.column_text(6);
+        r.reason = st.column_text(7);
+        r.started_at = st.column_double(8);
+        r.ended_at = st.column_double(9);
+        r.seconds = st.column_double(10);
+        r.bench = st.column_text(11);
+        if (!st.column_is_null(12)) r.cpu_s = st.column_double(12);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::vector<IndexRun> ExperimentIndex::done_runs() { return runs("WHERE status = 'done'"); }
+std::vector<IndexRun> ExperimentIndex::all_runs() { return runs(""); }
+
+std::optional<std::string> ExperimentIndex::first_bench_output() {
+    if (!Statement(db_, "SELECT 1 FROM sqlite_master WHERE name = 'runs'").step()) return std::nullopt;
+    Statement st(db_, "SELECT bench FROM runs WHERE status = 'done' AND bench != '' ORDER BY round, id LIMIT 1");
+    if (st.step()) return st.column_text(0);
+    return std::nullopt;
+}
+
+FarmIndex::FarmIndex(const std::filesystem::path& path) : path_(path) {
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr) !=
+        SQLITE_OK) {
+        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        throw Error("cannot create " + path.string() + ": " + msg);
+    }
+    try {
+        exec_or_throw(db_, kFarmSchema, path);
+    } catch (...) {
+        sqlite3_close(db_);
+        throw;
+    }
+}
+
+FarmIndex::~FarmIndex() { sqlite3_close(db_); }
+
+void FarmIndex::add(const std::string& board, const std::string& study, ExperimentIndex& index) {
+    exec_or_throw(db_, "BEGIN", path_);
+    for (const auto& [k, v] : index.facts())
+        Statement(db_, "INSERT INTO experiment(board, study, key, value) VALUES (?, ?, ?, ?)")
+            .bind(1, board).bind(2, study).bind(3, k).bind(4, v).run();
+    Statement st(db_,
+                 "INSERT INTO runs(board, study, id, round, key, params, status, db, command, reason, started_at, ended_at, "
+                 "seconds, bench, cpu_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& r : index.all_runs()) {
+        st.bind(1, board).bind(2, study).bind(3, r.id).bind(4, int64_t(r.round)).bind(5, r.key).bind(6, r.params);
+        st.bind(7, r.status).bind(8, r.db).bind(9, r.command).bind(10, r.reason).bind(11, r.started_at);
+        st.bind(12, r.ended_at).bind(13, r.seconds).bind(14, r.bench);
+        r.cpu_s ? void(st.bind(15, *r.cpu_s)) : void(st.bind_null(15));
+        st.run();
+    }
+    exec_or_throw(db_, "COMMIT", path_);
+}
+
+int64_t FarmIndex::runs() {
+    Statement st(db_, "SELECT count(*) FROM runs");
+    return st.step() ? st.column_int(0) : 0;
+}
+
+int64_t FarmIndex::boards() {
+    Statement st(db_, "SELECT count(DISTINCT board) FROM runs");
+    return st.step() ? st.column_int(0) : 0;
+}
+
+}  // namespace profinfer::store

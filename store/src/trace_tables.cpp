@@ -1,0 +1,242 @@
+#include "profinfer/trace_tables.h"
+
+#include <sqlite3.h>
+
+#include <vector>
+
+#include "profinfer/error.h"
+
+namespace profinfer::store {
+
+bool is_record_kind(const std::string& kind) {
+    for (size_t k = 1; k < kRecordKinds.size(); ++k)
+        if (kind == kRecordKinds[k]) return true;
+    return false;
+}
+
+namespace {
+
+// Rows of one table inserted N at a time: per-statement work (VDBE setup, cursors, the
+// transaction check) is paid once per N rows. One statement per row count, prepared when
+// first needed.
+class MultiRowInsert {
+public:
+    MultiRowInsert(sqlite3* db, std::string head, int columns)
+        : db_(db), head_(std::move(head)), columns_(columns), statements_(TraceTables::kMaxBatchRows + 1) {}
+    int columns() const { return columns_; }
+    Statement& rows(size_t n) {
+        if (n == 0 || n >= statements_.size())
+            throw Error("a batch of " + std::to_string(n) + " rows for: " + head_);
+        if (!statements_[n]) {
+            std::string row = "(?";
+            for (int c = 1; c < columns_; ++c) row += ",?";
+            row += ")";
+            std::string sql = head_ + " VALUES ";
+            for (size_t i = 0; i < n; ++i) sql += (i ? "," : "") + row;
+            statements_[n] = std::make_unique<Statement>(db_, sql.c_str());
+        }
+        return *statements_[n];
+    }
+
+private:
+    sqlite3* db_;
+    std::string head_;
+    int columns_;
+    std::vector<std::unique_ptr<Statement>> statements_;
+};
+
+template <class T>
+void bind_optional(Statement& s, int i, const std::optional<T>& v) {
+    v ? void(s.bind(i, *v)) : void(s.bind_null(i));
+}
+
+}  // namespace
+
+struct TraceTables::Statements {
+    explicit Statements(sqlite3* db)
+        : token(db, "INSERT INTO tokens(pid, tid, cpu, start_ns, end_ns, n_tokens, ret) VALUES (?,?,?,?,?,?,?)"),
+          graph(db,
+                "INSERT INTO graphs(seq, pid, tid, start_ns, end_ns, api, cgraph, backend, backend_guid, backend_name, "
+                "n_nodes) VALUES (?,?,?,?,?,?,?,?,?,?,?)"),
+          node(db,
+               "INSERT INTO node_defs(graph_seq, ts_ns, tensor, op, op_code, name, type, ne0, ne1, ne2, ne3, flags, view_src) "
+               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+          node_src(db,
+                   "INSERT INTO node_def_srcs(def_id, slot, tensor, view_src, type, op_code, ne0, ne1, ne2, ne3) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?)"),
+          ops_untraced(db, "INSERT INTO ops_untraced(token_id) VALUES (?)"),
+          gpu(db, "INSERT INTO gpu_events(graph_seq, tid, kind, tensor, start_ns, end_ns, ret) VALUES (?,?,?,?,?,?,?)"),
+          op_samples(db, "INSERT INTO op_samples(op_id, samples, wait_samples, barrier_state_samples) VALUES (?,?,?,?)"),
+          expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
+          sw(db,
+             "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
+             "next_comm, preempt) VALUES (?,?,?,?,?,?,?,?,?,?)"),
+          wake(db,
+               "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
+               "VALUES (?,?,?,?,?,?,?)"),
+          probe(db, "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)"),
+          library(db, "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)"),
+          counter(db, "INSERT INTO counters(idx, name, perf_type, config, available, reason) VALUES (?,?,?,?,?,?)"),
+          qos(db, "INSERT INTO qos_events(ts_ns, action, tokens_per_s, start_ns) VALUES (?, ?, ?, ?)"),
+          lost(db, "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)"),
+          ops(db,
+              "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
+              "fused_tensor, barriers, " + counter_columns() + ")",
+              12 + kCounterSlots),
+          graph_nodes(db, "INSERT INTO graph_nodes(graph_seq, tensor, def_id)", 3) {}
+    Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake, probe, library, counter, qos,
+        lost;
+    MultiRowInsert ops, graph_nodes;
+};
+
+TraceTables::TraceTables(Database& db) : db_(db), st_(std::make_unique<Statements>(db.handle())) {}
+TraceTables::~TraceTables() = default;
+
+void TraceTables::begin() {
+    if (!in_tx_) db_.exec("BEGIN"), in_tx_ = true;
+}
+
+void TraceTables::commit() {
+    if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
+}
+
+int64_t TraceTables::add(const TokenRow& r) {
+    st_->token.bind(1, r.pid).bind(2, r.tid).bind(3, r.cpu).bind(4, r.start_ns).bind(5, r.end_ns);
+    st_->token.bind(6, r.n_tokens).bind(7, r.ret).run();
+    return sqlite3_last_insert_rowid(db_.handle());
+}
+
+void TraceTables::add_ops_untraced(int64_t token_id) { st_->ops_untraced.bind(1, token_id).run(); }
+
+void TraceTables::add(const GraphRow& r) {
+    auto& s = st_->graph;
+    s.bind(1, r.seq).bind(2, r.pid).bind(3, r.tid).bind(4, r.start_ns).bind(5, r.end_ns).bind(6, r.api).bind(7, r.cgraph);
+    bind_optional(s, 8, r.backend);
+    bind_optional(s, 9, r.backend_guid);
+    bind_optional(s, 10, r.backend_name);
+    s.bind(11, r.n_nodes).run();
+}
+
+int64_t TraceTables::add_ops(const OpRow* rows, size_t n) {
+    auto& s = st_->ops.rows(n);
+    for (size_t i = 0; i < n; ++i) {
+        const OpRow& o = rows[i];
+        const int b = int(i) * st_->ops.columns();
+        s.bind(b + 1, o.graph_seq).bind(b + 2, o.tid).bind(b + 3, o.ith).bind(b + 4, o.nth);
+        s.bind(b + 5, o.start_cpu).bind(b + 6, o.end_cpu);
+        s.bind(b + 7, o.start_ns).bind(b + 8, o.compute_end_ns).bind(b + 9, o.end_ns).bind(b + 10, o.tensor);
+        bind_optional(s, b + 11, o.fused_tensor);
+        s.bind(b + 12, o.barriers);
+        for (int c = 0; c < kCounterSlots; ++c) bind_optional(s, b + 13 + c, o.counters[c]);
+    }
+    s.run();
+    // One statement's rows get consecutive rowids, the last one's reported.
+    return sqlite3_last_insert_rowid(db_.handle()) - int64_t(n) + 1;
+}
+
+void TraceTables::add(const OpSamplesRow& r) {
+    st_->op_samples.bind(1, r.op_id).bind(2, r.samples).bind(3, r.wait_samples).bind(4, r.barrier_state_samples).run();
+}
+
+int64_t TraceTables::add(const NodeDefRow& r) {
+    auto& s = st_->node;
+    s.bind(1, r.graph_seq).bind(2, r.ts_ns).bind(3, r.tensor).bind(4, r.op).bind(5, r.op_code).bind(6, r.name);
+    s.bind(7, r.type);
+    for (int d = 0; d < 4; ++d) s.bind(8 + d, r.ne[d]);
+    s.bind(12, r.flags);
+    bind_optional(s, 13, r.view_src);
+    s.run();
+    return sqlite3_last_insert_rowid(db_.handle());
+}
+
+void TraceTables::add(const NodeSrcRow& r) {
+    auto& q = st_->node_src;
+    q.bind(1, r.def_id).bind(2, r.slot).bind(3, r.tensor);
+    if (r.shape) {
+        bind_optional(q, 4, r.view_src);
+        q.bind(5, r.type).bind(6, r.op_code);
+        for (int d = 0; d < 4; ++d) q.bind(7 + d, r.ne[d]);
+    } else {
+        for (int c = 4; c <= 10; ++c) q.bind_null(c);
+    }
+    q.run();
+}
+
+void TraceTables::add_graph_nodes(const GraphNodeRow* rows, size_t n) {
+    auto& s = st_->graph_nodes.rows(n);
+    for (size_t i = 0; i < n; ++i)
+        s.bind(int(3 * i + 1), rows[i].graph_seq).bind(int(3 * i + 2), rows[i].tensor).bind(int(3 * i + 3), rows[i].def_id);
+    s.run();
+}
+
+void TraceTables::add(const GpuEventRow& r) {
+    auto& s = st_->gpu;
+    s.bind(1, r.graph_seq).bind(2, r.tid).bind(3, r.kind);
+    bind_optional(s, 4, r.tensor);
+    s.bind(5, r.start_ns).bind(6, r.end_ns).bind(7, r.ret).run();
+}
+
+void TraceTables::add(const ExpertRow& r) {
+    auto& s = st_->expert;
+    s.bind(1, r.graph_seq).bind(2, r.tensor);
+    bind_optional(s, 3, r.name);
+    s.bind(4, r.token).bind(5, r.slot).bind(6, r.expert).run();
+}
+
+void TraceTables::add(const SchedSwitchRow& r) {
+    auto& s = st_->sw;
+    s.bind(1, r.ts_ns).bind(2, r.cpu).bind(3, r.prev_tid).bind(4, r.prev_tgid).bind(5, r.prev_comm).bind(6, r.prev_state);
+    s.bind(7, r.next_tid).bind(8, r.next_tgid).bind(9, r.next_comm).bind(10, r.preempt).run();
+}
+
+void TraceTables::add(const SchedWakeupRow& r) {
+    auto& s = st_->wake;
+    s.bind(1, r.ts_ns).bind(2, r.cpu).bind(3, r.tid).bind(4, r.target_cpu).bind(5, r.waker_tid).bind(6, r.waker_tgid);
+    s.bind(7, r.waker_comm).run();
+}
+
+void TraceTables::add(const ProbeRow& r) {
+    auto& s = st_->probe;
+    s.bind(1, r.symbol).bind(2, r.library).bind(3, r.kind).bind(4, int64_t{r.attached});
+    r.attached ? s.bind_null(5) : s.bind(5, r.reason);
+    s.run();
+}
+
+void TraceTables::add(const LibraryRow& r) {
+    st_->library.bind(1, r.path).bind(2, r.role).bind(3, r.build_id).bind(4, int64_t{r.debug_info}).run();
+}
+
+void TraceTables::add(const CounterRow& r) {
+    auto& s = st_->counter;
+    s.bind(1, r.idx).bind(2, r.name).bind(3, r.perf_type).bind(4, r.config).bind(5, int64_t{r.available});
+    r.available ? s.bind_null(6) : s.bind(6, r.reason);
+    s.run();
+}
+
+void TraceTables::add(const QosEventRow& r) {
+    st_->qos.bind(1, r.ts_ns).bind(2, r.action).bind(3, r.tokens_per_s).bind(4, r.start_ns).run();
+}
+
+void TraceTables::set_lost(const std::string& kind, int64_t count) { st_->lost.bind(1, kind).bind(2, count).run(); }
+
+// What the recorder would have written had it lived. Only a run still marked running
+// is touched: the recorder may have finished its own bookkeeping before it died.
+void mark_recorder_died(const std::filesystem::path& trace) noexcept try {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(trace.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 5000);
+        const std::string sql = std::string("BEGIN;") +
+                                "INSERT OR REPLACE INTO meta(key, value) SELECT '" + name(MetaKey::Error) +
+                                "', 'the recorder died during the recording (killed or crashed); the target went on "
+                                "untraced' WHERE (SELECT value FROM meta WHERE key = '" + name(MetaKey::Status) +
+                                "') = 'running';"
+                                "UPDATE meta SET value = 'incomplete' WHERE key = '" + name(MetaKey::Status) +
+                                "' AND value = 'running';"
+                                "COMMIT;";
+        sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+    }
+    sqlite3_close(db);
+} catch (...) {
+}
+
+}  // namespace profinfer::store

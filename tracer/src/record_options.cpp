@@ -1,0 +1,109 @@
+#include "record_options.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "profinfer/error.h"
+#include "target.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+TraceLevel parse_trace_level(const std::string& s) {
+    if (s == "token") return TraceLevel::Token;
+    if (s == "graph") return TraceLevel::Graph;
+    if (s == "op") return TraceLevel::Op;
+    if (s == "full") return TraceLevel::Full;
+    throw Error("unknown level '" + s + "' (token, graph, op, full)");
+}
+
+const char* to_string(TraceLevel l) {
+    switch (l) {
+        case TraceLevel::Token: return "token";
+        case TraceLevel::Graph: return "graph";
+        case TraceLevel::Op: return "op";
+        case TraceLevel::Full: return "full";
+    }
+    return "?";
+}
+
+WaitMethod parse_wait_method(const std::string& s) {
+    if (s == "sampled") return WaitMethod::Sampled;
+    if (s == "exact") return WaitMethod::Exact;
+    if (s == "both") return WaitMethod::Both;
+    throw Error("unknown wait method '" + s + "' (sampled, exact, both)");
+}
+
+const char* to_string(WaitMethod w) {
+    switch (w) {
+        case WaitMethod::Sampled: return "sampled";
+        case WaitMethod::Exact: return "exact";
+        case WaitMethod::Both: return "both";
+    }
+    return "?";
+}
+
+SchedPeers parse_sched_peers(const std::string& s) {
+    if (s == "none") return SchedPeers::None;
+    if (s == "comm") return SchedPeers::Comm;
+    if (s == "full") return SchedPeers::Full;
+    throw Error("unknown --sched-peers '" + s + "' (none, comm, full)");
+}
+
+const char* to_string(SchedPeers p) {
+    switch (p) {
+        case SchedPeers::None: return "none";
+        case SchedPeers::Comm: return "comm";
+        case SchedPeers::Full: return "full";
+    }
+    return "?";
+}
+
+const char* const kDefaultCounters = "cycles,stalled-cycles-backend,cache-misses,major-faults,minor-faults,task-clock";
+
+void check_command(const std::string& program) {
+    auto runnable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
+    if (program.find('/') != std::string::npos) {
+        if (!runnable(program)) throw Error("cannot run " + program + ": " + std::strerror(errno ? errno : EACCES));
+        return;
+    }
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t a = 0, b; a <= dirs.size(); a = b + 1) {
+        b = dirs.find(':', a);
+        if (b == std::string::npos) b = dirs.size();
+        fs::path dir = dirs.substr(a, b - a);
+        if (runnable((dir.empty() ? fs::path(".") : dir) / program)) return;
+    }
+    throw Error("cannot run " + program + ": not found in PATH");
+}
+
+void check_record_options(const RecordOptions& opts) {
+    if (!opts.pid && opts.command.empty()) throw Error("record needs --pid PID or a command after --");
+    if (opts.pid && !opts.command.empty()) throw Error("record takes --pid PID or a command, not both");
+    if (opts.pid && (*opts.pid <= 0 || !process_exists(*opts.pid)))
+        throw Error("no process with pid " + std::to_string(*opts.pid));
+    if (opts.pid && *opts.pid == getpid()) throw Error("profinfer cannot record itself");
+    if (opts.qos_min_tps > 0 && opts.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
+    if (opts.budget_pct > 0 && opts.level < TraceLevel::Op)
+        throw Error("--budget needs --level op or full (it samples the operator level)");
+    if (!(opts.budget_pct >= 0 && opts.budget_pct <= 100) || !(opts.qos_min_tps >= 0) || std::isinf(opts.qos_min_tps))
+        throw Error("--budget must be 0.01 to 100 and --qos-min-tps a positive number");
+    if (opts.sample_hz < 1 || opts.sample_hz > 20000)
+        throw Error("--sample-hz must be 1 to 20000, not " + std::to_string(opts.sample_hz));
+    if (!opts.command.empty()) check_command(opts.command.front());
+    // The kernel wants a power-of-two number of pages; a ring of 1 GiB is plenty.
+    const size_t page_kb = size_t(sysconf(_SC_PAGESIZE)) >> 10;
+    if (opts.buffer_kb < page_kb || opts.buffer_kb > (1u << 20) || (opts.buffer_kb & (opts.buffer_kb - 1)))
+        throw Error("the ring buffer must be a power of two from " + std::to_string(page_kb) +
+                    " KiB to 1024 MiB (--buffer-mb 1..1024 or --buffer-kb), not " + std::to_string(opts.buffer_kb) +
+                    " KiB");
+}
+
+}  // namespace profinfer

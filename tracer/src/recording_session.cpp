@@ -1,0 +1,325 @@
+#include "recording_session.h"
+
+#include <bpf/libbpf.h>
+#include <poll.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+
+#include "profinfer/error.h"
+#include "profinfer/events.h"
+#include "stop_signals.h"
+#include "target.h"
+#include "tracer_bpf.skel.h"
+
+namespace profinfer {
+
+namespace {
+
+const char* drop_name(uint32_t kind) {
+    switch (kind) {
+        case PI_DROP_EXPERT_IDS: return "expert_ids_truncated";
+        case PI_DROP_THREAD_SLOTS: return "thread_slots_full";
+        case PI_DROP_MULTIPLEXED: return "counter_reads_multiplexed";
+    }
+    return "unknown";
+}
+
+int64_t monotonic_ns() {  // the clock of bpf_ktime_get_ns
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+bool ended(pid_t pid) { return !process_exists(pid) || process_state(pid) == 'Z'; }
+
+}  // namespace
+
+RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(target) {
+    writer_ = std::make_unique<TraceWriter>(p_.tables, p_.probes.layout(), p_.opts.sched_peers);
+    consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(p_.program.skel()->maps.events), *writer_, p_.gate, p_.probes);
+}
+
+RecordingSession::~RecordingSession() {
+    priority_.reset();  // its keeper reads the BPF object's counters
+    release_target();
+}
+
+void RecordingSession::release_target() {
+    p_.program.close_wait_sampler();
+    p_.probes.detach_all();
+    p_.program.resume_if_held(pid_);
+}
+
+void RecordingSession::start() {
+    // The budget starts with the operator probes out: a window begins once it is paid for.
+    if (p_.budget) p_.probes.set_ops_attached(false);
+    p_.guardian.started();
+    p_.probes.attach_loader_watch(p_.child != nullptr);
+    if (!p_.child) {
+        p_.probes.attach_new_libraries();
+        if (!p_.probes.seen_role(LibRole::Llama))
+            throw Error("process " + std::to_string(pid_) + " (" + process_comm(pid_) +
+                        ") has not loaded libllama: is it a llama.cpp program?");
+    } else {
+        stop_signals::throw_if_stopped("before the command started; it was not run");
+        p_.child->release();
+    }
+    // Idle only from here: attaching (and the first loader stops) at full speed. An
+    // operator gate (QoS, budget) must see decode calls as they end: with one, normal.
+    const bool idle = p_.opts.idle_consumer && !p_.gate;
+    priority_ = std::make_unique<ConsumerPriority>(
+        idle ? ConsumerPriority::Mode::Idle : ConsumerPriority::Mode::Normal,
+        bpf_map__fd(p_.program.skel()->maps.events), p_.opts.buffer_kb << 10,
+        [this] { return stop_signals::last() != 0 || p_.program.target_held(); });
+    set_meta(store::MetaKey::Consumer, idle ? "idle" : "normal");
+}
+
+int RecordingSession::run() {
+    int status = poll_until_exit();
+    write_budget_meta();
+    return finish(status);
+}
+
+uint64_t RecordingSession::events_recorded() const {
+    uint64_t n = 0;
+    for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) n += writer_->count(k);
+    return n;
+}
+
+bool RecordingSession::fail(const std::string& why) {
+    if (priority_) priority_->stay_normal();
+    release_target();
+    try {
+        writer_->commit();
+    } catch (...) {
+    }
+    if (events_recorded() == 0) return false;
+    try {
+        store_loss_counts();
+        set_meta(store::MetaKey::Error, why);
+        set_meta(store::MetaKey::Status, store::to_string(store::RunStatus::Incomplete));
+    } catch (...) {
+        // A full disk may refuse even this; readers still see the recorder gone.
+    }
+    return true;
+}
+
+// A launched command that forks (`unshare --pid --fork`, `timeout`, a shell): the first
+// process of its tree held at a loader stop with libllama loaded becomes the target; its
+// probes go in before it runs on.
+void RecordingSession::adopt_follower() {
+    if (!p_.child || p_.program.target_chosen()) return;
+    for (const pid_t f : p_.program.held_followers()) {
+        if (f == pid_) continue;
+        bool llama = false;
+        try {
+            for (const auto& lib : mapped_libraries(f)) llama |= lib.role == LibRole::Llama;
+        } catch (const Error&) {
+            continue;  // gone already
+        }
+        if (!llama) continue;
+        set_meta(store::MetaKey::LaunchedPid, std::to_string(pid_));
+        pid_ = f;
+        p_.program.retarget(f);
+        p_.probes.retarget(f);
+        p_.guardian.set_target(f);
+        set_meta(store::MetaKey::Pid, std::to_string(f));
+        set_meta(store::MetaKey::TargetCommand, read_cmdline(f));
+        return;
+    }
+}
+
+// Lost and cut data, per kind, as of now: stored with every commit, so a run that ends
+// badly still says what it is missing. Node records the kernel side still holds when the
+// recording has ended never arrive: cut, not lost to a full buffer (mid-run they are only
+// the graph under way).
+void RecordingSession::store_loss_counts() {
+    for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) p_.tables.set_lost(store::kRecordKinds[k], int64_t(p_.program.lost(k)));
+    p_.tables.set_lost(store::kOpsCutAtEnd, ended_ ? p_.program.ops_pending() : 0);
+    for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k) p_.tables.set_lost(drop_name(k), int64_t(p_.program.dropped(k)));
+    p_.tables.set_lost("malformed", int64_t(writer_->malformed()));
+}
+
+void RecordingSession::commit() {
+    writer_->begin();
+    store_loss_counts();
+    writer_->commit();
+}
+
+// What the budget knows about this run's cost (at every switch, and at the end).
+void RecordingSession::write_budget_meta() {
+    auto* b = p_.budget;
+    if (!b) return;
+    using K = store::MetaKey;
+    set_meta(K::BudgetCostPct, std::to_string(100 * b->cost()));
+    set_meta(K::BudgetSwitchCostPct, std::to_string(100 * b->switch_cost()));
+    set_meta(K::BudgetGapCalls, std::to_string(b->gap()));
+    set_meta(K::BudgetWindowCostCalls, std::to_string(b->last_window_cost()));
+    set_meta(K::BudgetTracesEveryCall, b->tracing_every_call() ? "1" : "0");
+}
+
+void RecordingSession::apply_gate() {
+    auto pending = consumer_->take_gate_action();
+    if (!pending) return;
+    const auto action = *pending;
+    const int64_t switch_start = monotonic_ns();
+    p_.probes.set_ops_attached(action == OperatorGate::Action::Attach);
+    const int64_t ts = monotonic_ns();  // when it took effect
+    if (p_.budget) p_.budget->note_switch(uint64_t(switch_start), uint64_t(ts));
+    p_.tables.add(store::QosEventRow{ts, action == OperatorGate::Action::Attach ? "attach" : "detach", p_.gate->tps(),
+                                     switch_start});
+    write_budget_meta();
+}
+
+// The consumer cannot store what the probes send (a full disk, a layout that reads
+// garbage): recording stops, the target goes on untraced and is waited for as usual.
+void RecordingSession::stop_recording(const std::string& why) {
+    recording_error_ = why;
+    release_target();
+    try {
+        writer_->commit();
+    } catch (...) {
+    }
+    try {
+        commit();
+        set_meta(store::MetaKey::Error, why);
+        set_meta(store::MetaKey::Status, store::to_string(store::RunStatus::Incomplete));
+    } catch (...) {
+        // Even that may not fit on a full disk; readers see the recorder gone.
+    }
+}
+
+// Returns the target's exit status (launch) or -1 (attached process, or detached).
+int RecordingSession::poll_until_exit() {
+    using clock = std::chrono::steady_clock;
+    auto last_commit = clock::now();
+    int forwarded = 0;  // stop signals seen when we forwarded the first
+    for (;;) {
+        if (recording_error_.empty()) {
+            try {
+                consumer_->poll(50);
+                // The stop count, not the record, says the target sits stopped: it moves
+                // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
+                // also when the record was lost.
+                const bool library_record = consumer_->take_library_changed();
+                if (library_record || p_.program.target_held()) {
+                    adopt_follower();
+                    p_.probes.attach_new_libraries();
+                    if (p_.probes.seen_role(LibRole::Llama)) p_.program.set_target_chosen();
+                    p_.program.resume_if_held(pid_);
+                }
+                apply_gate();
+                if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
+            } catch (const Error& e) {
+                // The target ended under our feet (attaching to what it just mapped): the
+                // exit check below ends the recording as usual.
+                if (!ended(pid_) && !p_.child) throw;  // an attached process: released by the caller, which says why
+                if (!ended(pid_)) stop_recording(e.what());
+            }
+        } else {
+            poll(nullptr, 0, 50);
+        }
+        if (int sig = stop_signals::last()) {
+            if (!p_.child) {
+                interrupted_by_ = sig;
+                return -1;
+            }
+            // The first is forwarded, like any wrapper does, and we wait for the command
+            // however long it takes to end; a second one stops the recording and leaves
+            // the command running untraced (profinfer never kills what it started).
+            if (!forwarded) {
+                interrupted_by_ = sig;
+                p_.child->signal(sig);
+                p_.program.resume_if_held(pid_);  // a command held at a loader stop must see the signal
+                forwarded = stop_signals::count();
+            } else if (stop_signals::count() > forwarded) {
+                left_running_ = true;
+                return -1;
+            }
+        }
+        if (p_.child) {
+            // A target it forked may outlive the launched command (`cmd &`): both end first.
+            if (auto st = p_.child->poll_exit(); st && (pid_ == p_.child->pid() || ended(pid_))) return *st;
+        } else if (ended(pid_)) {
+            return -1;
+        }
+    }
+}
+
+int RecordingSession::finish(int status) {
+    if (!recording_error_.empty())
+        throw Error(recording_error_ + (p_.child ? " (recording stopped; the command ran on untraced)" : ""));
+    release_target();  // no probe runs from here on: what is still pending stays so
+    if (priority_) {
+        priority_->stay_normal();  // catch up at full speed
+        set_meta(store::MetaKey::ConsumerBoosts, std::to_string(priority_->boosts()));
+    }
+    consumer_->drain();
+    ended_ = true;
+    writer_->begin();
+    store_loss_counts();
+    const int64_t cut = p_.program.ops_pending();
+    const uint64_t lost_total = p_.program.lost_total();
+    const uint64_t guardian_resumes = p_.program.guardian_resumes();
+    const bool killed = status > 128;
+    const store::RunStatus rs = (interrupted_by_ || killed || lost_total || cut || guardian_resumes)
+                                    ? store::RunStatus::Incomplete
+                                    : store::RunStatus::Complete;
+    using K = store::MetaKey;
+    if (status >= 0) set_meta(K::TargetExitStatus, std::to_string(status));
+    if (interrupted_by_) set_meta(K::InterruptedBy, strsignal(interrupted_by_));
+    std::string error;
+    if (lost_total) error = std::to_string(lost_total) + " records lost (ring buffer full)";
+    if (left_running_)
+        error += std::string(error.empty() ? "" : "; ") + "the command (pid " + std::to_string(pid_) +
+                 ") had not exited after " + strsignal(interrupted_by_) +
+                 "; recording stopped at a second signal and it ran on untraced";
+    if (guardian_resumes)
+        error += std::string(error.empty() ? "" : "; ") + "profinfer was stopped while the target waited at " +
+                 std::to_string(guardian_resumes) +
+                 " loader stop(s): the guardian resumed it, the libraries loaded then ran untraced until profinfer "
+                 "went on";
+    if (!error.empty()) set_meta(K::Error, error);
+    // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
+    set_meta(K::SchedPeerIdsRemoved, std::to_string(writer_->peers_removed()));
+    set_meta(K::EndedAt, std::to_string(std::time(nullptr)));
+    set_meta(K::Status, store::to_string(rs));
+    writer_->commit();
+    if (!p_.probes.seen_role(LibRole::Llama) && guardian_resumes)
+        throw Error("profinfer was stopped while the target waited at a loader stop; the guardian resumed it " +
+                    std::to_string(guardian_resumes) +
+                    " time(s) and it ended before profinfer went on: nothing of it was recorded");
+    if (!p_.probes.seen_role(LibRole::Llama))
+        throw Error(!p_.child ? "the target never loaded libllama: is it a llama.cpp program?"
+                              : "the command (nor any process it started) never loaded libllama: is it a llama.cpp "
+                                "program?");
+    if (!p_.opts.quiet) print_summary(rs, cut, error);
+    if (left_running_) return 128 + interrupted_by_;
+    return status > 0 ? status : 0;
+}
+
+void RecordingSession::print_summary(store::RunStatus rs, int64_t cut, const std::string& error) const {
+    const uint64_t lost_total = p_.program.lost_total();
+    std::cerr << "profinfer: recorded";
+    for (uint32_t k : {PI_EV_TOKEN, PI_EV_GRAPH, PI_EV_OP, PI_EV_NODE, PI_EV_EXPERTS, PI_EV_SWITCH, PI_EV_WAKEUP})
+        if (uint64_t n = writer_->count(k)) std::cerr << " " << n << " " << store::kRecordKinds[k];
+    std::cerr << "; " << lost_total << " lost → " << p_.opts.output.string() << " (" << store::to_string(rs) << ")\n";
+    if (lost_total)
+        std::cerr << "profinfer: warning: " << lost_total
+                  << " events were lost (ring buffer full): raise --buffer-mb or lower --level\n";
+    if (cut)
+        std::cerr << "profinfer: " << cut << " operator records of the graph under way when recording stopped were cut\n";
+    if (left_running_)
+        std::cerr << "profinfer: the command (pid " << pid_ << ") had not exited after " << strsignal(interrupted_by_)
+                  << "; it runs on untraced\n";
+    if (p_.program.guardian_resumes())
+        std::cerr << "profinfer: warning: " << error.substr(error.find("profinfer was stopped")) << "\n";
+    for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)
+        if (uint64_t n = p_.program.dropped(k)) std::cerr << "profinfer: warning: " << n << " " << drop_name(k) << "\n";
+}
+
+}  // namespace profinfer

@@ -1,0 +1,14 @@
+#pragma once
+// SIGINT, SIGTERM and SIGHUP while recording: noted, never fatal, so that every way out
+// passes through the recorder's cleanup (the probes go, the target goes on).
+namespace profinfer::stop_signals {
+
+// Installed before anything else happens: a ^C while the BPF objects load must reach
+// the cleanup, not kill profinfer mid-way.
+void install();
+int last();   // the last stop signal, 0 if none arrived
+int count();  // how many arrived
+// The stop signal, if one arrived, as an error: used before the command starts.
+void throw_if_stopped(const char* when);
+
+}  // namespace profinfer::stop_signals

@@ -1,0 +1,251 @@
+#include "tracer_program.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "alternating_gate.h"
+#include "kernel_btf.h"
+#include "profinfer/error.h"
+#include "profinfer/events.h"
+#include "target_guardian.h"
+#include "tracer_bpf.skel.h"
+
+namespace profinfer {
+
+namespace {
+
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+    if (level == LIBBPF_DEBUG) return 0;
+    if (!std::getenv("PROFINFER_LIBBPF_VERBOSE")) return 0;
+    return vfprintf(stderr, fmt, args);
+}
+
+}  // namespace
+
+TracerProgram::TracerProgram(const RecordOptions& opts, pid_t target, bool launched, bool has_gate,
+                             store::TraceTables& tables)
+    : opts_(opts), launched_(launched), tables_(tables) {
+    open_counters(tables);
+    libbpf_set_print(libbpf_print);
+    skel_ = tracer_bpf__open();
+    if (!skel_) throw_errno("opening the BPF object");
+    skel_->bss->target_tgid = target;
+    skel_->rodata->follow_children = launched;
+    skel_->rodata->stop_on_library_load = true;
+    skel_->rodata->capture_experts = opts.level == TraceLevel::Full;
+    skel_->rodata->trace_ops = opts.level == TraceLevel::Op || opts.level == TraceLevel::Full;
+    skel_->rodata->emit_sched = opts.level == TraceLevel::Full;
+    skel_->rodata->n_cpus = std::max(n_cpus_, 1);
+    const size_t n_active = counters_ ? counters_->active().size() : 0;
+    skel_->rodata->n_counters = n_active;
+    for (size_t c = 0; c < n_active && c < PI_MAX_COUNTERS; ++c)
+        skel_->rodata->counter_source[c] = counters_->active()[c]->source;
+    bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
+    bpf_map__set_max_entries(skel_->maps.events, opts.buffer_kb << 10);
+    skel_->rodata->wakeup_bytes = (opts.buffer_kb << 10) / 8;
+    read_knobs(has_gate, tables);
+}
+
+TracerProgram::~TracerProgram() {
+    close_wait_sampler();
+    tracer_bpf__destroy(skel_);
+}
+
+void TracerProgram::open_counters(store::TraceTables& tables) {
+    if (opts_.level != TraceLevel::Full && opts_.counters.empty()) return;
+    std::string list = opts_.counters.empty() ? kDefaultCounters : opts_.counters;
+    n_cpus_ = libbpf_num_possible_cpus();
+    counters_ = std::make_unique<PerCpuCounters>(split_counter_list(list), n_cpus_);
+    int idx = 0;
+    std::string unavailable;
+    for (const auto& c : counters_->specs()) {
+        tables.add(store::CounterRow{c.available ? int64_t{idx++} : int64_t{-1 - int64_t(&c - counters_->specs().data())},
+                                     c.name, int64_t{c.perf_type}, int64_t(c.config), c.available, c.reason});
+        if (!c.available) unavailable += (unavailable.empty() ? "" : ", ") + c.name + " (" + c.reason + ")";
+    }
+    if (!unavailable.empty() && !opts_.quiet) std::cerr << "profinfer: counters unavailable: " << unavailable << "\n";
+}
+
+// The environment knobs of tests and cost measurements (docs/recording.md).
+void TracerProgram::read_knobs(bool has_gate, store::TraceTables& tables) {
+    // Threads with a node under way at once (slots are freed when a thread exits): four
+    // per CPU is more than ggml starts; fewer buckets make the graph-exit flush cheaper.
+    const char* slots = std::getenv("PROFINFER_THREAD_SLOTS");
+    bpf_map__set_max_entries(skel_->maps.thread_states,
+                             slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
+    // PROFINFER_ALTERNATE=W: windows of W calls recorded and W whose node probes trap and
+    // return (the BPF side counts the calls); W:detach: W with the operator probes in and
+    // W with them out (the recorder attaches and detaches them).
+    if (const char* alt = std::getenv("PROFINFER_ALTERNATE")) {
+        const std::string a = alt;
+        const int w = std::atoi(alt);
+        const bool detach = a.size() > 7 && a.substr(a.size() - 7) == ":detach";
+        if (w <= 0 || (!detach && a != std::to_string(w)))
+            throw Error("PROFINFER_ALTERNATE must be W or W:detach (W calls per window), not '" + a + "'");
+        if (has_gate) throw Error("PROFINFER_ALTERNATE cannot be combined with --budget or --qos-min-tps");
+        if (opts_.level < TraceLevel::Op) throw Error("PROFINFER_ALTERNATE needs --level op or full");
+        if (detach)
+            alternating_gate_ = std::make_unique<AlternatingGate>(w);
+        else
+            skel_->rodata->alternate_calls = uint32_t(w);
+        tables.set_meta(store::MetaKey::AlternateCalls, a);
+    }
+    // The overhead study's ablations (experiments/specs/overhead.toml: tracers op-trap, op-nosend): the
+    // operator probes trap and return, or do everything but send. Not a trace.
+    if (const char* ablate = std::getenv("PROFINFER_ABLATE")) {
+        const std::string a = ablate;
+        if (a != "trap" && a != "send") throw Error("PROFINFER_ABLATE must be trap or send, not '" + a + "'");
+        skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : PI_ABLATE_SEND;
+        tables.set_meta(store::MetaKey::Ablate, a);
+        if (!opts_.quiet)
+            std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": operator records are "
+                      << (a == "trap" ? "not made" : "not sent") << " (a cost measurement, not a trace)\n";
+    }
+}
+
+void TracerProgram::load(ProbeAttacher& probes) {
+    const bool sched = opts_.level == TraceLevel::Full;
+    const size_t n_active = counters_ ? counters_->active().size() : 0;
+    // sched_switch also keeps per-node counters right across CPU migrations. Its
+    // prototype depends on the kernel: prev_state is an argument from 5.18 on, read from
+    // the task before. PROFINFER_SCHED_SWITCH=3arg forces that path, =both loads the two
+    // (every switch recorded twice), for the test that checks one against the other.
+    const bool want_switch = sched || n_active > 0;
+    const std::string forced = std::getenv("PROFINFER_SCHED_SWITCH") ? std::getenv("PROFINFER_SCHED_SWITCH") : "";
+    const bool three_args = forced.empty() ? tracepoint_arg_count("sched_switch") == 3 : forced != "4arg";
+    const bool four_args = forced.empty() ? !three_args : forced != "3arg";
+    bpf_program__set_autoload(skel_->progs.sched_switch, want_switch && four_args);
+    bpf_program__set_autoload(skel_->progs.sched_switch_3arg, want_switch && three_args);
+    if (want_switch)
+        tables_.set_meta(store::MetaKey::SchedSwitchProgram,
+                         four_args && three_args ? "both" : three_args ? "3arg" : "4arg");
+    bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
+    bpf_program__set_autoload(skel_->progs.wait_sample, probes.wait_samples());
+    bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
+    int err = tracer_bpf__load(skel_);
+    if (err) {
+        if (err == -EPERM || err == -EACCES)
+            throw Error("loading BPF programs was refused: run as root, or grant CAP_BPF, CAP_PERFMON and "
+                        "CAP_SYS_ADMIN (see docs/reliability.md)");
+        throw Error(std::string("loading BPF programs failed: ") + std::strerror(-err));
+    }
+    for (size_t c = 0; c < n_active; ++c)
+        for (int cpu = 0; cpu < n_cpus_; ++cpu) {
+            uint32_t key = c * n_cpus_ + cpu;
+            int fd = counters_->fd(c, cpu);
+            if (fd < 0) continue;  // read from the thread's task_struct
+            if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
+                throw_errno("installing counter " + counters_->active()[c]->name);
+        }
+    if (probes.wait_samples()) open_wait_sampler();
+    for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
+                              std::pair{skel_->progs.sched_switch_3arg, "sched_switch"},
+                              std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
+                              std::pair{skel_->progs.thread_exit, "sched_process_exit"},
+                              std::pair{skel_->progs.follow_fork, "sched_process_fork"}}) {
+        if (bpf_program__autoload(prog)) probes.attach_tracepoint(prog, name);
+    }
+}
+
+// --wait sampled: a CPU-clock sampling event on every CPU, each running wait_sample.
+void TracerProgram::open_wait_sampler() {
+    tables_.set_meta(store::MetaKey::WaitMethod, to_string(opts_.wait));
+    tables_.set_meta(store::MetaKey::SampleHz, std::to_string(opts_.sample_hz));
+    for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
+        perf_event_attr a{};
+        a.size = sizeof a;
+        a.type = PERF_TYPE_SOFTWARE;
+        a.config = PERF_COUNT_SW_CPU_CLOCK;
+        // cpu-clock counts nanoseconds; a few µs off the round period so that samples do
+        // not run in step with the scheduler tick or other round-period timers.
+        a.sample_period = 1000000000ull / opts_.sample_hz + 1237;
+        int fd = int(syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+        if (fd < 0) {
+            if (errno == ENODEV || errno == EINVAL) continue;  // a possible CPU that is offline
+            throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (--wait sampled)");
+        }
+        bpf_link* l = bpf_program__attach_perf_event(skel_->progs.wait_sample, fd);
+        if (!l) {
+            int err = errno;
+            ::close(fd);
+            throw Error(std::string("attaching the wait sampler: ") + std::strerror(err));
+        }
+        sample_links_.push_back(l);  // the link owns the fd
+    }
+}
+
+void TracerProgram::close_wait_sampler() {
+    for (bpf_link* l : sample_links_) bpf_link__destroy(l);
+    sample_links_.clear();
+}
+
+bool TracerProgram::target_held() const {
+    return skel_ && __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE) !=
+                        __atomic_load_n(&skel_->bss->library_resumes, __ATOMIC_ACQUIRE);
+}
+
+void TracerProgram::resume_if_held(pid_t target) {
+    if (!target_held() || target <= 0) return;
+    __atomic_store_n(&skel_->bss->library_resumes, __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE),
+                     __ATOMIC_RELEASE);
+    for (auto& slot : skel_->bss->held_followers)
+        if (const pid_t f = pid_t(__atomic_exchange_n(&slot, 0u, __ATOMIC_ACQ_REL)); f && f != target) kill(f, SIGCONT);
+    kill(target, SIGCONT);
+}
+
+int64_t TracerProgram::ops_pending() const {
+    const int n = libbpf_num_possible_cpus();
+    std::vector<int64_t> per_cpu(std::max(n, 1));
+    uint32_t zero = 0;
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.ops_pending), &zero, per_cpu.data()) != 0) return 0;
+    int64_t sum = 0;
+    for (int64_t v : per_cpu) sum += v;
+    return std::max<int64_t>(sum, 0);
+}
+
+uint64_t TracerProgram::lost(uint32_t kind) const { return skel_->bss->lost_events[kind]; }
+uint64_t TracerProgram::lost_total() const {
+    uint64_t n = 0;
+    for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k) n += lost(k);
+    return n;
+}
+uint64_t TracerProgram::dropped(uint32_t kind) const { return skel_->bss->dropped[kind]; }
+uint64_t TracerProgram::guardian_resumes() const { return skel_->bss->guardian_resumes; }
+
+void TracerProgram::hand_stops_to(TargetGuardian& guardian) const {
+    auto* base = reinterpret_cast<const char*>(skel_->bss);
+    auto at = [&](const void* field) { return size_t(static_cast<const char*>(field) - base); };
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    guardian.watch_stops(bpf_map__fd(skel_->maps.bss), (bpf_map__value_size(skel_->maps.bss) + page - 1) / page * page,
+                         {at(&skel_->bss->library_stops), at(&skel_->bss->library_resumes),
+                          at(&skel_->bss->guardian_resumes), at(&skel_->bss->held_followers[0]),
+                          std::size(skel_->bss->held_followers)});
+}
+
+std::vector<pid_t> TracerProgram::held_followers() const {
+    std::vector<pid_t> v;
+    for (const auto& slot : skel_->bss->held_followers)
+        if (const pid_t f = pid_t(__atomic_load_n(&slot, __ATOMIC_ACQUIRE))) v.push_back(f);
+    return v;
+}
+
+void TracerProgram::retarget(pid_t target) {
+    __atomic_store_n(&skel_->bss->target_tgid, uint32_t(target), __ATOMIC_RELEASE);
+}
+
+bool TracerProgram::target_chosen() const { return skel_->bss->target_chosen; }
+void TracerProgram::set_target_chosen() { skel_->bss->target_chosen = true; }
+
+}  // namespace profinfer

@@ -1,0 +1,80 @@
+#pragma once
+// The BPF side of a recording, set up: the skeleton opened and configured from the
+// options and the environment knobs, the counters opened, the programs loaded, the
+// counters installed, the wait sampler and the tracepoints attached. It also reads what
+// the kernel side counts (lost and dropped records, the loader stops it holds).
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "counters.h"
+#include "operator_gate.h"
+#include "probe_attacher.h"
+#include "profinfer/recorder.h"
+#include "profinfer/trace_tables.h"
+
+struct tracer_bpf;
+struct bpf_link;
+
+namespace profinfer {
+
+class TargetGuardian;
+
+class TracerProgram {
+public:
+    // Opens the counters (their rows stored) and the skeleton, configured for TARGET.
+    // LAUNCHED: a command profinfer starts (its children followed). HAS_GATE: --budget or
+    // --qos-min-tps switches the operator probes (PROFINFER_ALTERNATE is refused with it).
+    TracerProgram(const RecordOptions& opts, pid_t target, bool launched, bool has_gate, store::TraceTables& tables);
+    ~TracerProgram();
+    TracerProgram(const TracerProgram&) = delete;
+    TracerProgram& operator=(const TracerProgram&) = delete;
+
+    tracer_bpf* skel() const { return skel_; }
+    // PROFINFER_ALTERNATE=W:detach: the gate that attaches and detaches the operator probes
+    // every W calls (taken once; null otherwise).
+    std::unique_ptr<OperatorGate> take_alternating_gate() { return std::move(alternating_gate_); }
+    // Loads the programs the options need (PROBES knows which wait method runs), installs
+    // the counters, opens the wait sampler and attaches the tracepoints.
+    void load(ProbeAttacher& probes);
+    void close_wait_sampler();
+
+    // A loader stop of ours holds the target (the kernel side stopped it more often than
+    // it was resumed, by us or by the guardian).
+    bool target_held() const;
+    // Undoes a stop of ours (a target somebody else stopped stays stopped): TARGET and any
+    // follower held at a loader stop go on.
+    void resume_if_held(pid_t target);
+    // Node records the kernel side still holds for threads mid-graph.
+    int64_t ops_pending() const;
+    uint64_t lost(uint32_t kind) const;     // records of KIND lost to a full ring buffer
+    uint64_t lost_total() const;            // of every kind
+    uint64_t dropped(uint32_t kind) const;  // data cut inside records (PI_DROP_*)
+    uint64_t guardian_resumes() const;
+    // The guardian watches the loader-stop counters in the object's .bss.
+    void hand_stops_to(TargetGuardian& guardian) const;
+    // A launched command's tree: processes held at a loader stop, the target chosen among
+    // them (its tgid now the one the probes keep).
+    std::vector<pid_t> held_followers() const;
+    void retarget(pid_t target);
+    bool target_chosen() const;
+    void set_target_chosen();
+
+private:
+    void open_counters(store::TraceTables& tables);
+    void read_knobs(bool has_gate, store::TraceTables& tables);
+    void open_wait_sampler();
+
+    const RecordOptions& opts_;
+    bool launched_;
+    store::TraceTables& tables_;
+    std::unique_ptr<PerCpuCounters> counters_;
+    int n_cpus_ = 1;
+    tracer_bpf* skel_ = nullptr;
+    std::unique_ptr<OperatorGate> alternating_gate_;
+    std::vector<bpf_link*> sample_links_;
+};
+
+}  // namespace profinfer
