@@ -27,8 +27,9 @@ void add_dag(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("-o,--output", o->out, "out.dot, out.svg or out.json")->required();
     cmd->callback([&action, o] {
         action = [o] {
-            warn_if_partial(o->db);
-            TraceGraphs trace(o->db);
+            store::Database d(o->db, store::Database::Mode::ReadOnly);  // the run, opened once
+            warn_if_partial(d);
+            TraceGraphs trace(d);
             int call = o->token >= 0 ? o->token : trace.default_call();
             Dag dag = Dag::build(trace, call);
             if (dag.nodes.empty())

@@ -22,8 +22,9 @@ std::string model_of(const std::string& command) {
 
 // Two recordings of other models or levels differ for reasons no operator explains: said
 // in one line, and compared all the same (by op type and operator name).
-void warn_if_unrelated(const std::filesystem::path& a, const std::filesystem::path& b) {
-    store::Database da(a, store::Database::Mode::ReadOnly), db(b, store::Database::Mode::ReadOnly);
+void warn_if_unrelated(store::Database& da, store::Database& db) {
+    const auto& a = da.path();
+    const auto& b = db.path();
     auto ma = da.meta(), mb = db.meta();
     std::vector<std::string> differ;
     using K = store::MetaKey;
@@ -57,10 +58,11 @@ void add_diff(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--format", *format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
     cmd->callback([&action, a, b, phase, format, threshold] {
         action = [a, b, phase, format, threshold] {
-            warn_if_partial(*a);
-            warn_if_partial(*b);
-            warn_if_unrelated(*a, *b);
-            std::cout << diff_table(*a, *b, *phase, *threshold).formatted(*format);
+            store::Database da(*a, store::Database::Mode::ReadOnly), db(*b, store::Database::Mode::ReadOnly);
+            warn_if_partial(da);
+            warn_if_partial(db);
+            warn_if_unrelated(da, db);
+            std::cout << diff_table(da, db, *phase, *threshold).formatted(*format);
             return 0;
         };
     });

@@ -13,8 +13,9 @@ void add_info(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("--json", *json, "JSON with the stable keys documented in docs/cli.md");
     cmd->callback([&action, db, json] {
         action = [db, json] {
-            warn_if_partial(*db);
-            auto s = RunSummary::load(*db);
+            store::Database d(*db, store::Database::Mode::ReadOnly);  // the run, opened once
+            warn_if_partial(d);
+            auto s = RunSummary::load(d);
             if (*json)
                 std::cout << s.to_json().dump(2) << "\n";
             else

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "model_cache.h"
 #include "model_card.h"
 #include "synth.h"
 #include "subcommands.h"
@@ -70,6 +71,18 @@ void add_model(CLI::App& app, std::function<int()>& action) {
         })
         ->capture_default_str();
     synth->add_option("-o,--output", *out, "GGUF file to write")->required();
+    auto* path = model->add_subcommand("path", "Print where the studies keep (or will synthesise) a card's model in the "
+                                               "cache ($PROFINFER_CACHE, else ~/.cache/profinfer)");
+    path->add_option("--card", *card, "Card name (e.g. llama3.2-1b)")->required();
+    path->add_option("--type", *type, "Type of the weight matrices")->capture_default_str();
+    path->add_option("--scale", *scale, "full or tiny")->check(CLI::IsMember({"full", "tiny"}))->capture_default_str();
+    path->add_option("--moe-routing", *routing, "MoE cards: the routing the file was made with")->capture_default_str();
+    path->callback([&action, card, type, scale, routing] {
+        action = [card, type, scale, routing] {
+            std::cout << cached_model_path(*card, *type, *scale, *routing).string() << "\n";
+            return 0;
+        };
+    });
     synth->callback([&action, card, type, scale, out, seed, routing] {
         action = [card, type, scale, out, seed, routing] {
             auto c = ModelCard::load(*card, *scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full);

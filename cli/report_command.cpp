@@ -17,15 +17,7 @@ void add_report(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     cmd->callback([&action, in, out, machine] {
         action = [in, out, machine] {
-            const auto dbs = report_inputs(*in);
-            for (const auto& db : dbs) {
-                try {
-                    warn_if_partial(db);
-                } catch (const Error&) {
-                    if (dbs.size() == 1) throw;  // one of many: the report names it and leaves it out
-                }
-            }
-            write_report(*in, *out, *machine);
+            write_report(*in, *out, *machine);  // each run opened once, its warnings said as it is read
             std::cerr << "profinfer: report → " << *out << "\n";
             return 0;
         };

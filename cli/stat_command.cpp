@@ -31,8 +31,9 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--machine", *machine, "Roofs for --by roofline (profinfer bench-machine -o FILE)")->capture_default_str();
     cmd->callback([&action, db, by, format, machine] {
         action = [db, by, format, machine] {
-            warn_if_partial(*db);
-            Table t = *by == "roofline" ? roofline_table(*db, MachineBench::load(*machine)) : stats_table(*db, *by);
+            store::Database d(*db, store::Database::Mode::ReadOnly);  // the run, opened once
+            warn_if_partial(d);
+            Table t = *by == "roofline" ? roofline_table(d, MachineBench::load(*machine)) : stats_table(d, *by);
             std::cout << t.formatted(*format);
             return 0;
         };

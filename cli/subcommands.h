@@ -4,6 +4,8 @@
 #include <functional>
 #include <limits>
 
+#include "profinfer/store.h"
+
 // Each add_* registers one subcommand on APP and, when it is the one parsed, sets
 // ACTION to the function that carries it out.
 namespace profinfer::cli {
@@ -25,7 +27,7 @@ void add_board(CLI::App& app, std::function<int()>& action);
 // Every analysis command reads its input through this first: one warning line on
 // stderr for a run that is not complete or lost data; an error for a trace format newer
 // than this profinfer.
-void warn_if_partial(const std::filesystem::path& db);
+void warn_if_partial(store::Database& db);
 }  // namespace profinfer::cli
 
 namespace profinfer::cli {

@@ -16,15 +16,16 @@ void add_timeline(CLI::App& app, std::function<int()>& action) {
         ->required();
     cmd->callback([&action, db, out] {
         action = [db, out] {
-            warn_if_partial(*db);
+            store::Database d(*db, store::Database::Mode::ReadOnly);  // the run, opened once
+            warn_if_partial(d);
             OutputFile file(*out, {*db});
             int64_t events = 0;
             if (is_gzip_path(*out)) {
                 GzipStream gz(file.stream());
-                events = write_timeline(*db, gz);
+                events = write_timeline(d, gz);
                 gz.finish();
             } else {
-                events = write_timeline(*db, file.stream());
+                events = write_timeline(d, file.stream());
             }
             file.commit();
             std::cerr << "profinfer: " << events << " trace events → " << *out << "\n";

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LEVEL=${1:?level: token, graph, op or full}
 TOKENS=${2:-64}
-CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
+source scripts/cache.sh
 MODEL=${3:-$CACHE/models/llama3.2-1b-q4_0.gguf}
 THREADS=${4:-2}
 PROFINFER=${5:-build/profinfer}

@@ -27,7 +27,7 @@
 set -euo pipefail
 
 NLC_VERSION=3.21.1
-CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 ARCH=${PROFINFER_ARCH:-}
 [[ $ARCH == "$(uname -m)" || ($ARCH == arm64 && $(uname -m) == aarch64) ]] && ARCH=""
 ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION${ARCH:+-$ARCH}

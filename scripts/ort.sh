@@ -8,7 +8,7 @@
 #                                       print its path
 set -euo pipefail
 ORT_VERSION=1.30.0
-CACHE=${PROFINFER_CACHE:-$HOME/.cache/profinfer}
+source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
 ROOT=$CACHE/onnxruntime-$ORT_VERSION
 mkdir -p "$CACHE"
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -19,8 +19,8 @@ struct Side {
     std::map<std::tuple<std::string, std::string, std::string>, std::pair<double, int64_t>> rows;
 };
 
-Side read_side(const std::filesystem::path& path, const std::string& phase) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+Side read_side(store::Database& db, const std::string& phase) {
+    const auto& path = db.path();
     const std::string where = phase == "all" ? "" : " WHERE phase = '" + phase + "'";
     Side s;
     s.calls = db.scalar("SELECT count(*) FROM calls" + where);
@@ -41,7 +41,7 @@ Side read_side(const std::filesystem::path& path, const std::string& phase) {
 
 }  // namespace
 
-Table diff_table(const std::filesystem::path& a_path, const std::filesystem::path& b_path, const std::string& phase,
+Table diff_table(store::Database& a_path, store::Database& b_path, const std::string& phase,
                  double threshold_pct) {
     if (phase != "decode" && phase != "prefill" && phase != "all")
         throw Error("--phase is decode, prefill or all, not '" + phase + "'");

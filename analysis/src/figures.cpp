@@ -32,8 +32,7 @@ double num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0
 // lost its CPU while runnable (preempted), and the window in which the runner's hog
 // (profinfer-hog) ran, as the runner noted it in the trace.
 template <class Draw>
-void draw_latency_figure(const fs::path& path, Draw& draw) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+void draw_latency_figure(store::Database& db, Draw& draw) {
     const auto meta = db.meta();
     if (!meta.has(store::MetaKey::Pid)) return;
     const int64_t pid = meta.integer(store::MetaKey::Pid);
@@ -83,10 +82,9 @@ void draw_latency_figure(const fs::path& path, Draw& draw) {
 // softmax, KQV or flash attention: the nodes that grow with the context), every other
 // operator, and the call's time outside operators — over the run's decode calls.
 template <class Draw>
-void draw_steps_figure(const fs::path& path, Draw& draw) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+void draw_steps_figure(store::Database& db, Draw& draw) {
     store::Statement st(db.handle(),
-                        "SELECT c.call, c.dur_ns, sum(CASE WHEN t.op IN ('MUL_MAT', 'MUL_MAT_ID') AND NOT t.attention THEN "
+                        "SELECT c.call, c.dur_ns, sum(CASE WHEN t.matmul AND NOT t.attention THEN "
                         "t.dur_ns ELSE 0 END), sum(CASE WHEN t.attention THEN t.dur_ns ELSE 0 END), coalesce(sum(t.dur_ns), 0) "
                         "FROM calls c LEFT JOIN node_times t ON t.call = c.call WHERE c.phase = 'decode' GROUP BY c.call "
                         "ORDER BY c.call");
@@ -130,7 +128,7 @@ void draw_steps_figure(const fs::path& path, Draw& draw) {
 }
 
 template <class Draw>
-void draw_expert_figures(const fs::path& db, Draw& draw) {
+void draw_expert_figures(store::Database& db, Draw& draw) {
     const auto steps = stats_table(db, "expert-step").to_json();
     if (steps.empty()) return;
     std::map<std::pair<int, int>, double> per_layer;  // (expert, layer) → decode steps that used it
@@ -189,7 +187,7 @@ void draw_expert_figures(const fs::path& db, Draw& draw) {
 
 }  // namespace
 
-Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string& id, int call, const std::string& caption) {
+Figure draw_timeline(store::Database& db, const fs::path& dir, const std::string& id, int call, const std::string& caption) {
     TraceGraphs trace(db);
     if (call < 0) call = trace.default_call();
     const auto nodes = trace.nodes(call);
@@ -203,7 +201,7 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
     for (const auto& n : nodes)
         for (const auto& t : n.threads) {
             threads = std::max(threads, t.ith + 1);
-            const Class k = n.attention ? Attention : n.op == "MUL_MAT" || n.op == "MUL_MAT_ID" ? WeightMatMul : Other;
+            const Class k = n.attention ? Attention : n.matmul ? WeightMatMul : Other;
             const double a = (t.start_ns - c.start_ns) / 1e6, b = (t.compute_end_ns - c.start_ns) / 1e6,
                          e = (t.end_ns - c.start_ns) / 1e6;
             if (b > a) bars[k].emplace_back((a + b) / 2, t.ith, (b - a) / 2, 0.35);
@@ -216,17 +214,17 @@ Figure draw_timeline(const fs::path& db, const fs::path& dir, const std::string&
     std::vector<std::tuple<double, double, double, double>> gpu[4], submits, device_waits;
     {
         store::Statement st(trace.db().handle(),
-                            ("SELECT e.kind, e.start_ns, e.end_ns, coalesce(n.op, ''), coalesce(n.attention, 0) FROM gpu_events e "
+                            ("SELECT e.kind, e.start_ns, e.end_ns, coalesce(n.matmul, 0), coalesce(n.attention, 0) FROM gpu_events e "
                              "LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor WHERE e.start_ns >= " +
                              std::to_string(c.start_ns) + " AND e.start_ns < " + std::to_string(c.end_ns))
                                 .c_str());
         while (st.step()) {
-            const std::string kind = st.column_text(0), op = st.column_text(3);
+            const std::string kind = st.column_text(0);
             const double a = (st.column_int(1) - c.start_ns) / 1e6, e = (st.column_int(2) - c.start_ns) / 1e6;
             if (e <= a) continue;
             const auto bar = std::make_tuple((a + e) / 2, double(threads), (e - a) / 2, 0.35);
             if (kind == "dispatch")
-                gpu[st.column_int(4) ? Attention : op == "MUL_MAT" || op == "MUL_MAT_ID" ? WeightMatMul : Other].push_back(bar);
+                gpu[st.column_int(4) ? Attention : st.column_int(3) ? WeightMatMul : Other].push_back(bar);
             else if (kind == "submit")
                 submits.push_back(bar);
             else
@@ -282,7 +280,7 @@ void check_figure_kinds(const std::vector<std::string>& kinds) {
         }
 }
 
-std::vector<Figure> draw_figures(const fs::path& db, const fs::path& dir, const MachineBench* machine,
+std::vector<Figure> draw_figures(store::Database& db, const fs::path& dir, const MachineBench* machine,
                                  const std::vector<std::string>& kinds, const std::string& prefix, const std::string& caption) {
     check_figure_kinds(kinds);
     auto wanted = [&](const char* k) { return kinds.empty() || std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };

@@ -1,5 +1,8 @@
 #include "profinfer/report.h"
 
+#include <boost/archive/iterators/base64_from_binary.hpp>
+#include <boost/archive/iterators/transform_width.hpp>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,6 +11,7 @@
 
 #include "profinfer/dag.h"
 #include "profinfer/error.h"
+#include "profinfer/text_file.h"
 #include "profinfer/figures.h"
 #include "profinfer/output_file.h"
 #include "profinfer/text_escape.h"
@@ -22,27 +26,13 @@ namespace profinfer {
 
 namespace {
 
+// Boost's base64 iterators over 6-bit groups, padded with '=' to a multiple of 4.
 std::string base64(const std::string& in) {
-    static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
-        out += t[v >> 18], out += t[(v >> 12) & 63], out += t[(v >> 6) & 63], out += t[v & 63];
-    }
-    if (i + 1 == in.size()) {
-        unsigned v = (unsigned char)in[i] << 16;
-        out += t[v >> 18], out += t[(v >> 12) & 63], out += "==";
-    } else if (i + 2 == in.size()) {
-        unsigned v = (unsigned char)in[i] << 16 | (unsigned char)in[i + 1] << 8;
-        out += t[v >> 18], out += t[(v >> 12) & 63], out += t[(v >> 6) & 63], out += '=';
-    }
+    using namespace boost::archive::iterators;
+    using It = base64_from_binary<transform_width<std::string::const_iterator, 6, 8>>;
+    std::string out(It(in.begin()), It(in.end()));
+    out.append((3 - in.size() % 3) % 3, '=');
     return out;
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(f)), {});
 }
 
 std::string html_table(const Table& t, size_t max_rows) {
@@ -75,13 +65,18 @@ std::string inline_svg(const std::string& dot) {
     return svg.substr(svg.find("<svg"));
 }
 
-std::string run_section(const fs::path& db, const MachineBench* machine, const fs::path& work) {
+// One run's section; its database opened once for all of it. The run's health and operator
+// sampling note also go to stderr, as every command says them.
+std::string run_section(const fs::path& path, const MachineBench* machine, const fs::path& work) {
     std::ostringstream o;
+    store::Database db(path, store::Database::Mode::ReadOnly);
     auto summary = RunSummary::load(db);
-    o << "<section><h2>" << html_escape(db.filename().string()) << "</h2>\n";
+    o << "<section><h2>" << html_escape(path.filename().string()) << "</h2>\n";
     {
-        store::Database d(db, store::Database::Mode::ReadOnly);
-        std::string warning = store::health_warning(db.filename(), store::run_health(d));
+        const auto health = store::run_health(db);
+        if (std::string w = store::health_warning(path, health); !w.empty()) std::cerr << w << "\n";
+        if (std::string note = operator_sampling_note(db); !note.empty()) std::cerr << note << "\n";
+        std::string warning = store::health_warning(path.filename(), health);
         if (!warning.empty()) o << "<p class=\"warn\"><strong>" << html_escape(warning) << "</strong></p>\n";
     }
     o << "<pre>" << html_escape(summary.to_text()) << "</pre>\n";
@@ -104,7 +99,7 @@ std::string run_section(const fs::path& db, const MachineBench* machine, const f
     }
     for (const auto& f : draw_figures(db, work / "figures", machine))
         o << "<h3>" << html_escape(f.title) << "</h3>\n<img alt=\"" << html_escape(f.title) << "\" src=\"data:image/png;base64,"
-          << base64(slurp(f.png)) << "\">\n";
+          << base64(read_text(f.png)) << "\">\n";
     if (machine) {
         o << "<h3>Roofline (" << html_escape(machine->cpu) << ")</h3>\n";
         o << "<p>Roofs: ";

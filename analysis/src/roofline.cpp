@@ -15,7 +15,7 @@ double elems(const std::array<int64_t, 4>& ne) { return double(ne[0]) * ne[1] * 
 double node_flops(const Node& n) {
     const auto* s0 = n.srcs.size() > 0 ? &n.srcs[0] : nullptr;
     const auto* s1 = n.srcs.size() > 1 ? &n.srcs[1] : nullptr;
-    if ((n.op == "MUL_MAT" || n.op == "MUL_MAT_ID") && s0) return 2.0 * s0->ne[0] * elems(n.ne);  // 2·K per output
+    if (n.matmul && s0) return 2.0 * s0->ne[0] * elems(n.ne);  // 2·K per output
     if (n.op == "FLASH_ATTN_EXT" && s0 && s1)  // QK^T and (softmax)V: 2·2·D·KV per query and head
         return 4.0 * s0->ne[0] * s1->ne[1] * s0->ne[1] * s0->ne[2];
     static const std::map<std::string, double> per_element = {
@@ -26,7 +26,7 @@ double node_flops(const Node& n) {
 }
 
 std::string compute_kind(const Node& n) {
-    if ((n.op == "MUL_MAT" || n.op == "MUL_MAT_ID") && !n.srcs.empty()) {
+    if (n.matmul && !n.srcs.empty()) {
         switch (n.srcs[0].type) {
             case 0: return "f32";
             case 1: return "f16";
@@ -54,7 +54,7 @@ double dram_bytes_per_event(const std::string& counter) {
 }
 }  // namespace
 
-Table roofline_table(const std::filesystem::path& db, const MachineBench& machine) {
+Table roofline_table(store::Database& db, const MachineBench& machine) {
     TraceGraphs trace(db);
     std::vector<std::pair<int, double>> dram_counters;  // (slot, bytes per event)
     const auto names = trace.counter_names();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "profinfer/statistics.h"
 #include "profinfer/store.h"
 
 namespace profinfer {
@@ -25,8 +26,16 @@ std::string operator_sampling_note(store::Database& db) {
            "); operator figures describe those calls, token figures all of them";
 }
 
-RunSummary RunSummary::load(const std::filesystem::path& path) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+std::optional<double> median_tpot_ms(store::Database& db, int64_t* n) {
+    std::vector<double> ms;
+    store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
+    while (st.step()) ms.push_back(st.column_int(0) / 1e6);
+    if (n) *n = int64_t(ms.size());
+    if (ms.empty()) return std::nullopt;
+    return median_of(ms);
+}
+
+RunSummary RunSummary::load(store::Database& db) {
     RunSummary s;
     s.meta = db.meta();
     // Through the derived views (store/src/derived.sql): only what belongs to a recorded
@@ -52,16 +61,7 @@ RunSummary RunSummary::load(const std::filesystem::path& path) {
         store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'prefill' ORDER BY call LIMIT 1");
         if (st.step()) s.ttft_ms = st.column_int(0) / 1e6;
     }
-    {
-        std::vector<int64_t> d;
-        store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
-        while (st.step()) d.push_back(st.column_int(0));
-        if (!d.empty()) {
-            std::sort(d.begin(), d.end());
-            size_t n = d.size();
-            s.median_tpot_ms = (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2.0) / 1e6;
-        }
-    }
+    s.median_tpot_ms = profinfer::median_tpot_ms(db);
     s.health = store::run_health(db);
     {
         store::Statement st(db.handle(), "SELECT symbol, coalesce(library, ''), kind, attached, coalesce(reason, '') FROM probes");

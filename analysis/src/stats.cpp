@@ -14,6 +14,27 @@
 
 namespace profinfer {
 
+WaitSplit wait_split_of(store::Database& db) {
+    if (db.scalar("SELECT EXISTS (SELECT 1 FROM ops WHERE barriers > 0)")) return WaitSplit::Exact;
+    if (db.scalar("SELECT EXISTS (SELECT 1 FROM op_samples)")) return WaitSplit::Sampled;
+    return WaitSplit::None;
+}
+
+const char* to_string(WaitSplit w) {
+    switch (w) {
+        case WaitSplit::Exact: return "exact";
+        case WaitSplit::Sampled: return "sampled";
+        case WaitSplit::None: return "none";
+    }
+    return "?";
+}
+
+std::optional<double> wait_share_pct(WaitSplit w, double wait_ns, double part_ns, double wait_samples, double samples) {
+    if (w == WaitSplit::Exact && part_ns > 0) return 100.0 * wait_ns / part_ns;
+    if (w == WaitSplit::Sampled && samples > 0) return 100.0 * wait_samples / samples;
+    return std::nullopt;
+}
+
 std::pair<double, double> wilson_interval(int64_t k, int64_t n, double z) {
     if (n <= 0) return {0.0, 1.0};
     const double p = double(k) / double(n), nn = double(n), z2 = z * z;
@@ -22,8 +43,7 @@ std::pair<double, double> wilson_interval(int64_t k, int64_t n, double z) {
     return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
 }
 
-Table stats_table(const std::filesystem::path& path, const std::string& by) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+Table stats_table(store::Database& db, const std::string& by) {
     auto rows = [&](const std::vector<std::string>& cols, const std::string& sql) {
         Table t{cols, {}};
         store::Statement st(db.handle(), sql.c_str());
@@ -70,7 +90,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         // KQV, or FLASH_ATTN_EXT) is what grows with the context (paper Fig. 9).
         return rows({"call", "phase", "n_tokens", "ms", "op_ms", "mul_mat_ms", "attention_ms", "mul_mat_share_pct"},
                     "WITH t AS (SELECT call, sum(dur_ns) AS op, "
-                    "sum(CASE WHEN op IN ('MUL_MAT', 'MUL_MAT_ID') THEN dur_ns ELSE 0 END) AS mm, "
+                    "sum(CASE WHEN matmul THEN dur_ns ELSE 0 END) AS mm, "
                     "sum(CASE WHEN attention THEN dur_ns ELSE 0 END) AS attn FROM node_times GROUP BY call) "
                     "SELECT c.call, c.phase, c.n_tokens, c.dur_ns / 1e6, coalesce(t.op, 0) / 1e6, coalesce(t.mm, 0) / 1e6, "
                     "coalesce(t.attn, 0) / 1e6, 100.0 * coalesce(t.mm, 0) / max(1, coalesce(t.op, 0)) "
@@ -95,8 +115,7 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
         Table raw = rows({"op", "ith", "part_ns", "compute_ns", "wait_ns", "samples", "wait_samples"},
                          "SELECT op, ith, sum(end_ns - start_ns), sum(compute_ns), sum(wait_ns), sum(samples), "
                          "sum(wait_samples) FROM thread_parts GROUP BY op, ith ORDER BY op, ith");
-        const bool exact = db.scalar("SELECT count(*) FROM ops WHERE barriers > 0") > 0;
-        const bool sampled = db.scalar("SELECT count(*) FROM op_samples") > 0;
+        const WaitSplit split = wait_split_of(db);
         Table t;
         t.columns = {"op", "ith", "compute_ms", "wait_ms", "wait_share_pct", "method",
                      "samples", "sampled_wait_pct", "sampled_ci95_lo", "sampled_ci95_hi"};
@@ -109,14 +128,13 @@ Table stats_table(const std::filesystem::path& path, const std::string& by) {
                 auto ci = wilson_interval(int64_t(k), int64_t(n));
                 share = 100.0 * k / n, lo = 100.0 * ci.first, hi = 100.0 * ci.second;
             }
-            if (exact) {
-                o.insert(o.end(), {d(3) / 1e6, d(4) / 1e6, 100.0 * d(4) / std::max(1.0, d(3) + d(4)), "exact"});
-            } else if (sampled) {
-                const double f = n > 0 ? k / n : 0.0;
-                o.insert(o.end(), {part * (1 - f) / 1e6, part * f / 1e6, n > 0 ? nlohmann::json(100.0 * f) : nullptr,
-                                   "sampled"});
+            const auto w = wait_share_pct(split, d(4), d(3) + d(4), k, n);
+            const nlohmann::json w_json = w ? nlohmann::json(*w) : nlohmann::json(nullptr);
+            if (split == WaitSplit::Exact) {
+                o.insert(o.end(), {d(3) / 1e6, d(4) / 1e6, w_json, to_string(split)});
             } else {
-                o.insert(o.end(), {part / 1e6, 0.0, nullptr, "none"});
+                const double f = w ? *w / 100 : 0.0;
+                o.insert(o.end(), {part * (1 - f) / 1e6, part * f / 1e6, w_json, to_string(split)});
             }
             o.insert(o.end(), {int64_t(n), share, lo, hi});
             t.rows.push_back(std::move(o));

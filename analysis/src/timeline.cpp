@@ -119,8 +119,7 @@ std::string sched_states_sql(int64_t pid) {
 
 }  // namespace
 
-int64_t write_timeline(const std::filesystem::path& path, std::ostream& out) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+int64_t write_timeline(store::Database& db, std::ostream& out) {
     auto meta = db.meta();
     const int64_t pid = meta.has(store::MetaKey::Pid) ? meta.integer(store::MetaKey::Pid) : 0;
     const std::string p = std::to_string(pid);

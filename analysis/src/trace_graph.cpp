@@ -53,7 +53,7 @@ std::optional<int64_t> Node::counter(int slot) const {
     return sum;
 }
 
-TraceGraphs::TraceGraphs(const std::filesystem::path& path) : db_(path, store::Database::Mode::ReadOnly) {
+TraceGraphs::TraceGraphs(store::Database& db) : db_(db) {
     store::Statement st(db_.handle(), "SELECT phase, n_tokens, start_ns, end_ns FROM calls ORDER BY call");
     while (st.step())
         calls_.push_back({int(calls_.size()), st.column_text(0), st.column_int(1), st.column_int(2), st.column_int(3)});
@@ -85,7 +85,7 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
     std::map<int64_t, int> by_id;
     {
         store::Statement st(db_.handle(), ("SELECT n.id, n.graph_seq, n.tensor, n.name, n.op, n.type, n.ne0, n.ne1, n.ne2, n.ne3, "
-                                           "r.view_src, n.base, n.layer, n.attention FROM call_nodes n "
+                                           "r.view_src, n.base, n.layer, n.attention, n.matmul FROM call_nodes n "
                                            "JOIN nodes r ON r.id = n.id WHERE n.graph_seq IN " + graphs + " ORDER BY n.id").c_str());
         while (st.step()) {
             Node n;
@@ -100,6 +100,7 @@ std::vector<Node> TraceGraphs::nodes(int call) const {
             n.base = st.column_text(11);
             n.layer = st.column_is_null(12) ? -1 : int(st.column_int(12));
             n.attention = st.column_int(13) != 0;
+            n.matmul = st.column_int(14) != 0;
             index[{n.graph_seq, n.tensor}] = n.index;
             by_id[st.column_int(0)] = n.index;
             nodes.push_back(std::move(n));

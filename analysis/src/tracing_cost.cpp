@@ -25,8 +25,7 @@ struct Switch {
 };
 
 // Every call in time order, with whether a gate left its operators out, and every switch.
-void read_calls(const fs::path& path, std::vector<Call>& calls, std::vector<Switch>& switches) {
-    store::Database db(path, store::Database::Mode::ReadOnly);
+void read_calls(store::Database& db, std::vector<Call>& calls, std::vector<Switch>& switches) {
     {
         store::Statement st(db.handle(),
                             "SELECT t.start_ns, t.end_ns, t.n_tokens, u.token_id IS NOT NULL FROM tokens t LEFT JOIN "
@@ -45,7 +44,7 @@ bool touched_by_switch(const Call& c, const std::vector<Switch>& switches) {
 
 }  // namespace
 
-std::vector<double> paired_window_slowdowns_pct(const fs::path& db, int skip) {
+std::vector<double> paired_window_slowdowns_pct(store::Database& db, int skip) {
     std::vector<Call> calls;
     std::vector<Switch> switches;
     read_calls(db, calls, switches);
@@ -73,7 +72,7 @@ std::vector<double> paired_window_slowdowns_pct(const fs::path& db, int skip) {
     return out;
 }
 
-double achieved_overhead_pct(const fs::path& db, int half) {
+double achieved_overhead_pct(store::Database& db, int half) {
     std::vector<Call> all;
     std::vector<Switch> switches;
     read_calls(db, all, switches);
@@ -93,13 +92,12 @@ double achieved_overhead_pct(const fs::path& db, int half) {
     return base > 0 ? 100 * (spent / base - 1) : NAN;
 }
 
-double traced_calls_pct(const fs::path& db) {
-    store::Database d(db, store::Database::Mode::ReadOnly);
+double traced_calls_pct(store::Database& d) {
     const int64_t n = d.scalar("SELECT count(*) FROM tokens"), untraced = d.scalar("SELECT count(*) FROM ops_untraced");
     return n > 0 ? 100.0 * double(n - untraced) / double(n) : NAN;
 }
 
-Fidelity fidelity_against_callback(const fs::path& db, const fs::path& nodes_csv) {
+Fidelity fidelity_against_callback(store::Database& d, const fs::path& nodes_csv) {
     using Key = std::pair<std::string, std::string>;  // name, op
     std::map<Key, std::vector<double>> cb, ours;
     {
@@ -116,7 +114,6 @@ Fidelity fidelity_against_callback(const fs::path& db, const fs::path& nodes_csv
         }
     }
     Fidelity out;
-    store::Database d(db, store::Database::Mode::ReadOnly);
     {
         // The warm-up call (call 0) is not in the callback's CSV.
         store::Statement st(d.handle(), "SELECT name, op, dur_ns FROM node_times WHERE phase = 'decode' AND call > 0");

@@ -34,7 +34,8 @@ class DagOf : public ::testing::TestWithParam<const char*> {};
 }  // namespace
 
 TEST_P(DagOf, IsAcyclicWithOneProducerPerSource) {
-    TraceGraphs trace(recording(GetParam()));
+    auto trace_db = open_trace(recording(GetParam()));
+    TraceGraphs trace(*trace_db);
     Dag d = Dag::build(trace, trace.default_call());
     ASSERT_GT(d.nodes.size(), 30u);
     EXPECT_TRUE(d.acyclic());
@@ -67,7 +68,8 @@ TEST(Dag, AttentionBlockRunsFromTheNormToTheResidualAddInEveryArchitecture) {
     std::map<std::string, size_t> size;
     for (const char* card : {"llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "qwen1.5-moe-a2.7b"}) {
         SCOPED_TRACE(card);
-        TraceGraphs trace(recording(card));
+        auto trace_db = open_trace(recording(card));
+        TraceGraphs trace(*trace_db);
         const Dag attn = Dag::build(trace, trace.default_call()).filtered(1, "attn");
         ASSERT_FALSE(attn.nodes.empty());
         EXPECT_EQ(attn.nodes.front().op, "RMS_NORM");
@@ -85,13 +87,15 @@ TEST(Dag, AttentionBlockRunsFromTheNormToTheResidualAddInEveryArchitecture) {
 }
 
 TEST(Dag, Qwen2HasBiasAddsAfterTheQkvMatmuls) {
-    TraceGraphs trace(recording("qwen2.5-1.5b"));
+    auto trace_db = open_trace(recording("qwen2.5-1.5b"));
+    TraceGraphs trace(*trace_db);
     Dag d = Dag::build(trace, trace.default_call());
     for (const char* t : {"Qcur-0", "Kcur-0", "Vcur-0"}) {
         SCOPED_TRACE(t);
         EXPECT_TRUE(edge(d, find(d, "MUL_MAT", t), find(d, "ADD", t)));
     }
-    TraceGraphs llama(recording("llama3.2-1b"));
+    auto llama_db = open_trace(recording("llama3.2-1b"));
+    TraceGraphs llama(*llama_db);
     Dag l = Dag::build(llama, llama.default_call());
     EXPECT_EQ(find(l, "ADD", "Qcur-0"), nullptr);
     EXPECT_NE(find(l, "MUL_MAT", "Qcur-0"), nullptr);

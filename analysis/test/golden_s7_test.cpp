@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "profinfer/store.h"
+#include "profinfer/text_file.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -23,12 +24,6 @@ constexpr int kNodes = 64, kSteps = 8, kThreads = 2;
 
 fs::path golden() { return golden_trace("synthetic-decode"); }
 
-std::string slurp_file(const fs::path& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
 
 // Every row of every table, in a stable order: what two traces must share to be the same.
 std::string table_dump(const fs::path& path) {
@@ -117,12 +112,12 @@ TEST(GoldenTrace, EveryAnalysisCommandReadsWhatTheGeneratorWrote) {
         EXPECT_NE(r.err.find(std::to_string(kNodes / 2) + " operators, " + std::to_string(kNodes / 2 - 1) + " edges"),
                   std::string::npos)
             << r.err;  // layer 0 is a chain of 32 nodes
-        EXPECT_NE(slurp_file(d / "g.dot").find("ffn_mm-0"), std::string::npos);
+        EXPECT_NE(read_text(d / "g.dot").find("ffn_mm-0"), std::string::npos);
     }
     {
         auto r = run({profinfer_bin(), "timeline", g, "-o", (d / "t.json").string()});
         ASSERT_EQ(r.status, 0) << r.err;
-        const auto j = nlohmann::json::parse(slurp_file(d / "t.json"));
+        const auto j = nlohmann::json::parse(read_text(d / "t.json"));
         std::map<std::string, int> slices;
         for (const auto& e : j["traceEvents"])
             if (e.value("ph", "") == "X") ++slices[e.value("cat", "")];
@@ -133,7 +128,7 @@ TEST(GoldenTrace, EveryAnalysisCommandReadsWhatTheGeneratorWrote) {
     {
         auto r = run({profinfer_bin(), "report", g, "-o", (d / "r.html").string()});
         ASSERT_EQ(r.status, 0) << r.err;
-        const std::string html = slurp_file(d / "r.html");
+        const std::string html = read_text(d / "r.html");
         EXPECT_NE(html.find("MUL_MAT"), std::string::npos);
         EXPECT_NE(html.find("ffn_add"), std::string::npos);
     }

@@ -21,7 +21,7 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
     m.roofs = {{1, 10.0, 50.0}, {2, 15.0, 100.0}};
     std::ofstream(d / "machine.json") << m.to_json().dump();
 
-    auto figs = draw_figures(d / "moe.db", d / "figs", &m);
+    auto figs = draw_figures(*open_trace(d / "moe.db"), d / "figs", &m);
     std::set<std::string> ids;
     for (const auto& f : figs) {
         ids.insert(f.id);
@@ -58,7 +58,7 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
 // the legend names only the classes the step has.
 TEST(Report, TimelineOfOneDecodeStep) {
     TempDir d;
-    const Figure f = draw_timeline(golden_trace("llama3.2-1b-full"), d.path(), "step", -1, "test caption");
+    const Figure f = draw_timeline(*open_trace(golden_trace("llama3.2-1b-full")), d.path(), "step", -1, "test caption");
     const std::string svg = read_file(f.svg);
     for (const char* s : {"weight MatMul", "attention (KQ, KQV, flash)", "other operators", "barrier wait", "test caption",
                           "thread (ith)", "time since the call began (ms)"})
@@ -66,7 +66,7 @@ TEST(Report, TimelineOfOneDecodeStep) {
     EXPECT_GT(fs::file_size(f.png), 5000u);
     // A call out of range is an error naming it.
     try {
-        draw_timeline(golden_trace("llama3.2-1b-full"), d.path(), "none", 100000);
+        draw_timeline(*open_trace(golden_trace("llama3.2-1b-full")), d.path(), "none", 100000);
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("100000"), std::string::npos) << e.what();

@@ -29,7 +29,8 @@ std::set<std::string> verdicts(const Table& t, const char* op = nullptr) {
 }  // namespace
 
 TEST(Roofline, MatMulFlopsFromShapes) {
-    TraceGraphs trace(recording());
+    auto trace_db = open_trace(recording());
+    TraceGraphs trace(*trace_db);
     int checked = 0;
     for (const auto& n : trace.nodes(trace.default_call()))
         if (n.op == "MUL_MAT") {
@@ -52,7 +53,8 @@ TEST(Roofline, BytesAreWhatTheOperatorMoves) {
     auto all = [&](const SourceRef& s) { return row_bytes(s.type, s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3]); };
     std::map<std::string, int> seen;
     for (const char* arch : {"llama3.2-1b-full", "qwen2.5-1.5b-full", "gemma2-2b-full", "qwen1.5-moe-a2.7b-full"}) {
-        TraceGraphs trace(golden_trace(arch));
+        auto trace_db = open_trace(golden_trace(arch));
+        TraceGraphs trace(*trace_db);
         for (const auto& n : trace.nodes(trace.default_call())) {
             const double dst = row_bytes(n.type, n.ne[0] * n.ne[1] * n.ne[2] * n.ne[3]);
             const Traffic t = n.traffic();
@@ -85,7 +87,8 @@ TEST(Roofline, BytesAreWhatTheOperatorMoves) {
     // A prompt of several tokens: which experts they share is not in the shapes, so
     // MUL_MAT_ID's bytes are an upper bound, and say so (the last layer's see one token: llama.cpp
     // computes only the last token's output there — exact again).
-    TraceGraphs moe(golden_trace("qwen1.5-moe-a2.7b-full"));
+    auto moe_db = open_trace(golden_trace("qwen1.5-moe-a2.7b-full"));
+    TraceGraphs moe(*moe_db);
     int prompt_ids = 0;
     for (const auto& c : moe.calls())
         if (c.n_tokens > 1)
@@ -99,11 +102,11 @@ TEST(Roofline, BytesAreWhatTheOperatorMoves) {
 
 TEST(Roofline, VerdictsFollowTheMachine) {
     // Roofs no operator can approach: everything is overhead.
-    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e9, 1e9))), std::set<std::string>{"overhead-dominated"});
+    EXPECT_EQ(verdicts(roofline_table(*open_trace(recording()), machine(1e9, 1e9))), std::set<std::string>{"overhead-dominated"});
     // Tiny bandwidth, huge peak: anything that moves data is memory-bound.
-    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e-6, 1e6)), "MUL_MAT"), std::set<std::string>{"memory-bound"});
+    EXPECT_EQ(verdicts(roofline_table(*open_trace(recording()), machine(1e-6, 1e6)), "MUL_MAT"), std::set<std::string>{"memory-bound"});
     // Huge bandwidth, tiny peak: arithmetic is the limit.
-    EXPECT_EQ(verdicts(roofline_table(recording(), machine(1e6, 1e-6)), "MUL_MAT"), std::set<std::string>{"compute-bound"});
+    EXPECT_EQ(verdicts(roofline_table(*open_trace(recording()), machine(1e6, 1e-6)), "MUL_MAT"), std::set<std::string>{"compute-bound"});
 }
 
 TEST(Roofline, BenchMachineWritesRoofsAndStatUsesThem) {
@@ -151,8 +154,9 @@ TEST(Roofline, CounterTrafficFromADramCounter) {
     ASSERT_EQ(r.status, 0) << r.err;
     r = run({"sqlite3", d / "c.db", "UPDATE counters SET name = 'l3d_cache_refill' WHERE idx = 0"});
     ASSERT_EQ(r.status, 0) << r.err;
-    auto t = roofline_table(d / "c.db", machine(10, 10));
-    TraceGraphs trace(d / "c.db");
+    auto t = roofline_table(*open_trace(d / "c.db"), machine(10, 10));
+    auto trace_db = open_trace(d / "c.db");
+    TraceGraphs trace(*trace_db);
     // Expected for the first row's operator: Σ counter × 64 B over its decode-call nodes / Σ time.
     const auto rows = t.to_json();
     const std::string name = rows.at(0)["name"], op = rows.at(0)["op"];
@@ -176,5 +180,5 @@ TEST(Roofline, CounterTrafficFromADramCounter) {
         EXPECT_TRUE(counter_gbs.is_null());
     }
     // Without such a counter the column stays empty.
-    for (const auto& row : roofline_table(recording(), machine(10, 10)).to_json()) EXPECT_TRUE(row["counter_gbs"].is_null());
+    for (const auto& row : roofline_table(*open_trace(recording()), machine(10, 10)).to_json()) EXPECT_TRUE(row["counter_gbs"].is_null());
 }

@@ -19,7 +19,7 @@ double num(const nlohmann::json& v) { return v.is_null() ? 0.0 : v.get<double>()
 }  // namespace
 
 TEST(Stats, ByTokenOneRowPerCallWithConsistentTimes) {
-    auto t = stats_table(moe_recording(), "token").to_json();
+    auto t = stats_table(*open_trace(moe_recording()), "token").to_json();
     ASSERT_EQ(t.size(), 8u);
     EXPECT_EQ(t[0]["phase"], "prefill");
     for (const auto& r : t) {
@@ -30,7 +30,7 @@ TEST(Stats, ByTokenOneRowPerCallWithConsistentTimes) {
 }
 
 TEST(Stats, ByOpTypeSharesAddUpAndMatMulsAreThere) {
-    auto t = stats_table(moe_recording(), "op-type").to_json();
+    auto t = stats_table(*open_trace(moe_recording()), "op-type").to_json();
     double share = 0;
     bool mm_id = false;
     for (const auto& r : t) share += num(r["share_pct"]), mm_id |= r["op"] == "MUL_MAT_ID";
@@ -53,7 +53,7 @@ TEST(Stats, ByThreadSplitsComputeAndWait) {
             e.second += (st.column_int(4) - st.column_int(3)) / 1e6;
         }
     }
-    auto t = stats_table(trace, "thread").to_json();
+    auto t = stats_table(*open_trace(trace), "thread").to_json();
     ASSERT_EQ(t.size(), expected.size());
     double wait = 0;
     for (const auto& r : t) {
@@ -89,7 +89,7 @@ TEST(Stats, ByExpertMatchesAHandCountOfTheRawIds) {
             calls_of[{layer, name.substr(0, name.rfind('-')), int(st.column_int(2))}].insert(call);
         }
     }
-    auto t = stats_table(trace, "expert").to_json();
+    auto t = stats_table(*open_trace(trace), "expert").to_json();
     ASSERT_EQ(t.size(), calls_of.size());
     int with_reuse = 0;
     for (const auto& r : t) {
@@ -107,7 +107,7 @@ TEST(Stats, ByExpertMatchesAHandCountOfTheRawIds) {
 }
 
 TEST(Stats, ByExpertCountsEveryActivation) {
-    auto t = stats_table(moe_recording(), "expert").to_json();
+    auto t = stats_table(*open_trace(moe_recording()), "expert").to_json();
     ASSERT_FALSE(t.empty());
     int64_t activations = 0;
     for (const auto& r : t) {
@@ -139,7 +139,7 @@ TEST(Stats, FormatsAndErrors) {
 // dimensions taken from the node and its weight, and counts that add up to the raw nodes.
 TEST(Stats, ByMatMulGroupsWeightMatMulsByShape) {
     const fs::path trace = golden_trace("llama3.2-1b-full");
-    auto t = stats_table(trace, "matmul").to_json();
+    auto t = stats_table(*open_trace(trace), "matmul").to_json();
     ASSERT_FALSE(t.empty());
     int64_t count = 0;
     for (const auto& r : t) {
@@ -170,7 +170,7 @@ TEST(Stats, ByMatMulGroupsWeightMatMulsByShape) {
 // recomputed here from the raw ids.
 TEST(Stats, ByExpertCallMatchesTheRawIds) {
     const fs::path trace = moe_recording();
-    auto t = stats_table(trace, "expert-call").to_json();
+    auto t = stats_table(*open_trace(trace), "expert-call").to_json();
     ASSERT_FALSE(t.empty());
     store::Database db(trace, store::Database::Mode::ReadOnly);
     // (layer, node, expert) → calls that used it, from expert_uses.

@@ -47,12 +47,12 @@ TEST(TracingCost, PairedWindowsResolveAFivePercentCost) {
         if (i % 8 == 0) return int64_t(90'000'000);  // a switch's call: slow, and skipped
         return traced(i) ? int64_t(21'000'000) : int64_t(20'000'000);
     });
-    const auto w = paired_window_slowdowns_pct(db);
+    const auto w = paired_window_slowdowns_pct(*open_trace(db));
     ASSERT_EQ(w.size(), 5u);  // recorded windows with a neighbour on each side: 1, 3, 5, 7, 9
     for (double x : w) EXPECT_NEAR(x, 5.0, 1e-9);
     // Without skipping the first call, the slow switch calls are in the medians' reach but
     // do not move a median of 8.
-    for (double x : paired_window_slowdowns_pct(db, 0)) EXPECT_NEAR(x, 5.0, 1e-9);
+    for (double x : paired_window_slowdowns_pct(*open_trace(db), 0)) EXPECT_NEAR(x, 5.0, 1e-9);
 }
 
 // A switch takes the calls it may have slowed (it and the 300 ms after it) out of the
@@ -65,12 +65,12 @@ TEST(TracingCost, CallsASwitchMayHaveSlowedAreLeftOut) {
     int64_t at = 1'000'000'000;
     for (int i = 0; i < 24; ++i) at += dur(i) + 100'000;
     const auto db = synthetic_trace(d, 80, traced, dur, {{at - 1'000'000, at}});
-    const auto w = paired_window_slowdowns_pct(db);
+    const auto w = paired_window_slowdowns_pct(*open_trace(db));
     ASSERT_EQ(w.size(), 4u);
     for (double x : w) EXPECT_NEAR(x, 10.0, 1e-9);
     const auto blind = synthetic_trace(d, 80, traced, dur);  // the same calls, no switch recorded
     double worst = 0;
-    for (double x : paired_window_slowdowns_pct(blind)) worst = std::max(worst, x);
+    for (double x : paired_window_slowdowns_pct(*open_trace(blind))) worst = std::max(worst, x);
     EXPECT_GT(worst, 50);
 }
 
@@ -79,12 +79,12 @@ TEST(TracingCost, BudgetAchievedIsTheRunsOwnCost) {
     TempDir d;
     auto traced = [](int i) { return i % 5 == 0; };
     const auto db = synthetic_trace(d, 200, traced, [&](int i) { return traced(i) ? int64_t(22'000'000) : int64_t(20'000'000); });
-    EXPECT_NEAR(achieved_overhead_pct(db), 2.0, 0.01);
-    EXPECT_NEAR(traced_calls_pct(db), 20.0, 1e-9);
+    EXPECT_NEAR(achieved_overhead_pct(*open_trace(db)), 2.0, 0.01);
+    EXPECT_NEAR(traced_calls_pct(*open_trace(db)), 20.0, 1e-9);
     // Nothing recorded: nothing cost.
     const auto none = synthetic_trace(d, 50, [](int) { return false; }, [](int) { return int64_t(20'000'000); });
-    EXPECT_NEAR(achieved_overhead_pct(none), 0.0, 1e-9);
-    EXPECT_NEAR(traced_calls_pct(none), 0.0, 1e-9);
+    EXPECT_NEAR(achieved_overhead_pct(*open_trace(none)), 0.0, 1e-9);
+    EXPECT_NEAR(traced_calls_pct(*open_trace(none)), 0.0, 1e-9);
 }
 
 // Fidelity against a callback whose times are ours (0 %) and ours × 1.25 (20 % relative error,
@@ -107,7 +107,7 @@ TEST(TracingCost, FidelityComparesTheSameOperators) {
         }
     }
     same.close(), slow.close();
-    const Fidelity f0 = fidelity_against_callback(golden, d / "same.csv");
+    const Fidelity f0 = fidelity_against_callback(*open_trace(golden), d / "same.csv");
     ASSERT_GT(f0.operators, 20u);
     EXPECT_NEAR(f0.median_rel_err_pct, 0.0, 1e-6);
     EXPECT_NEAR(f0.profinfer_ms, f0.callback_ms, 1e-6);
@@ -116,7 +116,7 @@ TEST(TracingCost, FidelityComparesTheSameOperators) {
         EXPECT_GT(pct, 10) << t;
         EXPECT_LE(pct, 101) << t;
     }
-    const Fidelity f1 = fidelity_against_callback(golden, d / "slow.csv");
+    const Fidelity f1 = fidelity_against_callback(*open_trace(golden), d / "slow.csv");
     EXPECT_NEAR(f1.median_rel_err_pct, 20.0, 0.5);
     EXPECT_NEAR(f1.callback_slower_pct, 100.0, 1e-9);
 }

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "profinfer/error.h"
+#include "profinfer/text_file.h"
 
 namespace fs = std::filesystem;
 
@@ -15,18 +16,6 @@ namespace profinfer {
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
-std::string trim(std::string s) {
-    s.erase(std::find(s.begin(), s.end(), '\0'), s.end());  // device-tree strings end in NUL
-    const auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
-    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
 
 std::string lower(std::string s) {
     for (auto& c : s) c = char(std::tolower((unsigned char)c));
@@ -60,7 +49,7 @@ BoardProfile BoardProfile::load(const fs::path& file) {
     try {
         t = toml::parse_file(file.string());
     } catch (const toml::parse_error& e) {
-        throw Error(file.string() + ": " + std::string(e.description()));
+        throw Error(toml_error_text(file, e, "malformed board profile"));
     }
     const std::string f = file.string();
     BoardProfile p;
@@ -159,7 +148,7 @@ MachineFacts MachineFacts::read(const fs::path& root) {
     MachineFacts m;
     if (!fs::exists(root / "proc/cpuinfo"))
         throw Error("no " + (root / "proc/cpuinfo").string() + ": is " + root.string() + " the root of a Linux system?");
-    std::istringstream cpuinfo(slurp(root / "proc/cpuinfo"));
+    std::istringstream cpuinfo(read_text(root / "proc/cpuinfo"));
     std::string line, model;
     int cpu = -1;
     auto value = [](const std::string& l) { return trim(l.substr(l.find(':') + 1)); };
@@ -180,8 +169,8 @@ MachineFacts MachineFacts::read(const fs::path& root) {
         if (key == "CPU architecture" && m.arch.empty()) m.arch = value(line) == "8" ? "aarch64" : "";
     }
     if (m.cpu_parts.empty()) throw Error((root / "proc/cpuinfo").string() + " lists no processor");
-    m.device_model = trim(slurp(root / "proc/device-tree/model"));
-    std::istringstream meminfo(slurp(root / "proc/meminfo"));
+    m.device_model = trim(read_text(root / "proc/device-tree/model"));
+    std::istringstream meminfo(read_text(root / "proc/meminfo"));
     while (std::getline(meminfo, line))
         if (line.rfind("MemTotal:", 0) == 0) m.memory_bytes = std::stoull(line.substr(9)) * 1024;
     if (root == "/" || m.arch.empty()) {

@@ -1,5 +1,8 @@
 #include "profinfer/number_text.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include <cerrno>
 #include <cstdlib>
 
@@ -25,6 +28,13 @@ std::optional<double> leading_number(const std::string& text, size_t* used) {
 
 std::optional<int64_t> leading_integer(const std::string& text, size_t* used) {
     return leading<int64_t>(text, used, [](const char* s, char** e) { return int64_t(std::strtoll(s, e, 10)); });
+}
+
+std::string format_double(double v, const char* format) {
+    if (!std::isfinite(v)) return "–";
+    char b[64];
+    std::snprintf(b, sizeof b, format, v);
+    return b;
 }
 
 }  // namespace profinfer

@@ -12,6 +12,7 @@
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
 #include "profinfer/output_file.h"
+#include "profinfer/number_text.h"
 #include "profinfer/perf_models.h"
 #include "profinfer/plotter.h"
 #include "profinfer/regression.h"
@@ -29,12 +30,6 @@ namespace {
 // The point parameters a MatMul row carries: what its time depends on besides its shape.
 const std::vector<std::string> kRowParams = {"model", "type", "backend", "threads"};
 
-std::string fmt(double v, const char* f = "%.3g") {
-    if (!std::isfinite(v)) return "–";
-    char b[48];
-    std::snprintf(b, sizeof b, f, v);
-    return b;
-}
 
 struct Group {
     std::vector<double> mnkh, us;
@@ -72,7 +67,8 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
     std::map<std::vector<std::string>, std::map<int, Group>> by_round;  // the same, one group per round
     std::set<std::string> threads;
     for (const auto& p : points) {
-        Table t = stats_table(p.db, "matmul");
+        store::Database trace(p.db, store::Database::Mode::ReadOnly);
+        Table t = stats_table(trace, "matmul");
         if (all.columns.size() == kRowParams.size()) {
             all.columns.push_back("round");
             all.columns.insert(all.columns.end(), t.columns.begin(), t.columns.end());
@@ -89,8 +85,9 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
             // MatMuls) streams the weight once per token; N > 1 reuses it across tokens.
             // A prompt's last-token MatMuls (N = 1 inside a prefill call) are the decode
             // shapes again, timed on one or two calls: listed, not fitted.
-            const bool one = r[col("n")].get<int64_t>() == 1;
-            key.push_back(one ? "n=1" : "n>1");
+            const int64_t n = r[col("n")].get<int64_t>();
+            const bool one = n == 1;
+            key.push_back(perf::batch_class(n));
             if (!(one && r[col("phase")] == "prefill")) {
                 for (Group* g : {&groups[key], &by_round[key][p.round]}) {
                     g->mnkh.push_back(r[col("mnkh")].get<double>());
@@ -165,9 +162,9 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
         for (const auto& r : fits.rows)
             md << "| " << r[0].get<std::string>() << " | " << r[1].get<std::string>() << " | " << r[2].get<std::string>()
                << " | " << r[3].get<std::string>() << " | " << r[4].get<std::string>()
-               << " | " << r[5] << " | " << fmt(r[6]) << " [" << fmt(r[7]) << ", " << fmt(r[8]) << "] | "
-               << fmt(r[9], "%.4g") << " [" << fmt(r[10], "%.4g") << ", " << fmt(r[11], "%.4g") << "] | " << fmt(r[12], "%.4f")
-               << " | " << fmt(r[13], "%.1f") << " |\n";
+               << " | " << r[5] << " | " << format_double(r[6]) << " [" << format_double(r[7]) << ", " << format_double(r[8]) << "] | "
+               << format_double(r[9], "%.4g") << " [" << format_double(r[10], "%.4g") << ", " << format_double(r[11], "%.4g") << "] | " << format_double(r[12], "%.4f")
+               << " | " << format_double(r[13], "%.1f") << " |\n";
         OutputFile::write(out_dir / "fit.md", md.str());
         written.push_back(out_dir / "fit.md");
     }
@@ -238,7 +235,8 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
     std::map<std::tuple<std::string, int64_t, int64_t>, std::set<std::string>> names;
     // The decode weight MatMuls a trace recorded on the CPU (per shape, per node name).
     auto cpu_matmuls = [&](const StudyPoint& p, auto&& add) {
-        for (const auto& r : stats_table(p.db, "matmul").to_json()) {
+        store::Database trace(p.db, store::Database::Mode::ReadOnly);
+        for (const auto& r : stats_table(trace, "matmul").to_json()) {
             if (r["phase"] != "decode" || r["n"].get<int64_t>() != 1) continue;
             const auto shape = std::make_tuple(r["weight_type"].get<std::string>(), r["m"].get<int64_t>(), r["k"].get<int64_t>());
             names[shape].insert(r["name"].get<std::string>());

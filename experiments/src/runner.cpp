@@ -27,6 +27,7 @@
 #include "profinfer/stable_random.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
+#include "model_cache.h"
 #include "model_card.h"
 
 namespace fs = std::filesystem;
@@ -34,12 +35,6 @@ namespace fs = std::filesystem;
 namespace profinfer {
 
 namespace {
-
-fs::path cache_dir() {
-    if (const char* c = std::getenv("PROFINFER_CACHE"); c && *c) return c;
-    const char* home = std::getenv("HOME");
-    return fs::path(home ? home : "/tmp") / ".cache" / "profinfer";
-}
 
 // The llama.cpp build that provides a backend.
 std::string flavour_of(const std::string& backend) {
@@ -275,13 +270,9 @@ std::string missing_for(const SweepPoint& p, bool install) {
 }
 
 fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::path& profinfer, bool create) {
-    const fs::path dir = cache_dir() / "models";
     // A MoE model's file names its routing (model synth --moe-routing): "-zipf1", "-random".
-    const bool moe = ModelCard::load(p.at("model"), scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full).experts > 0;
-    std::string routing = p.at("routing");
-    routing.erase(std::remove(routing.begin(), routing.end(), ':'), routing.end());
-    const fs::path model = dir / (p.at("model") + "-" + p.at("type") + (moe ? "-" + routing : "") +
-                                  (scale == "full" ? "" : "-" + scale) + ".gguf");
+    const fs::path model = cached_model_path(p.at("model"), p.at("type"), scale, p.at("routing"));
+    const fs::path dir = model.parent_path();
     if (!create || fs::exists(model)) return model;
     fs::create_directories(dir);
     const fs::path tmp = model.string() + ".tmp" + std::to_string(getpid());

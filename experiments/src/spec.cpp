@@ -6,6 +6,7 @@
 #include <set>
 
 #include "profinfer/error.h"
+#include "profinfer/text_file.h"
 #include "profinfer/experiment.h"
 #include "profinfer/figures.h"
 #include "profinfer/stable_random.h"
@@ -199,8 +200,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     try {
         t = toml::parse_file(file.string());
     } catch (const toml::parse_error& e) {
-        throw Error(file.string() + ": " + std::string(e.description()) + " (line " +
-                    std::to_string(e.source().begin.line) + ")");
+        throw Error(toml_error_text(file, e, "malformed experiment spec"));
     } catch (const std::exception&) {
         throw Error("cannot read experiment spec " + file.string());
     }

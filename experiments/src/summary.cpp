@@ -23,6 +23,7 @@
 #include "profinfer/tracing_cost.h"
 #include "profinfer/plotter.h"
 #include "profinfer/regression.h"
+#include "profinfer/run_summary.h"
 #include "profinfer/timeline.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
@@ -72,18 +73,16 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
 
 }  // namespace
 
-nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json) {
+nlohmann::json point_metrics(store::Database* trace, const std::string& bench_json) {
     nlohmann::json m = nlohmann::json::object();
     program_metrics(bench_json, m);
-    if (path.empty()) return m;  // an untraced run: the program's own numbers only
-    store::Database db(path, store::Database::Mode::ReadOnly);
+    if (!trace) return m;  // an untraced run: the program's own numbers only
+    store::Database& db = *trace;
     {
-        std::vector<double> tpot;
-        store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
-        while (st.step()) tpot.push_back(st.column_int(0) / 1e6);
-        const double med = median_of(tpot);
-        m["decode_calls"] = tpot.size();
-        m["decode_tps"] = number_or_null(1000.0 / med);  // from the median time per decode call
+        int64_t calls = 0;
+        const auto tpot = median_tpot_ms(db, &calls);  // the one decode speed (run_summary.h)
+        m["decode_calls"] = calls;
+        m["decode_tps"] = tpot ? number_or_null(1000.0 / *tpot) : nlohmann::json(nullptr);
     }
     {
         store::Statement st(db.handle(), "SELECT sum(n_tokens), sum(dur_ns) FROM calls WHERE phase = 'prefill'");
@@ -94,7 +93,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
     {
         // Operator time of the decode calls (view node_times), and its MatMul and attention shares.
         store::Statement st(db.handle(),
-                            "SELECT sum(dur_ns), sum(CASE WHEN op IN ('MUL_MAT', 'MUL_MAT_ID') THEN dur_ns ELSE 0 END), "
+                            "SELECT sum(dur_ns), sum(CASE WHEN matmul THEN dur_ns ELSE 0 END), "
                             "sum(CASE WHEN attention THEN dur_ns ELSE 0 END), count(DISTINCT call) FROM node_times "
                             "WHERE phase = 'decode'");
         st.step();
@@ -106,15 +105,13 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
     }
     {
         store::Statement st(db.handle(),
-                            "SELECT sum(wait_ns), sum(compute_ns + wait_ns), max(barriers), sum(wait_samples), "
-                            "sum(samples) FROM thread_parts WHERE phase = 'decode'");
+                            "SELECT sum(wait_ns), sum(compute_ns + wait_ns), sum(wait_samples), sum(samples) FROM "
+                            "thread_parts WHERE phase = 'decode'");
         st.step();
-        // Wait is only measured at --level full: exactly where barriers were traced, else
-        // as the share of CPU-clock samples in barrier code (--wait sampled).
-        m["wait_share_pct"] = st.column_int(2) > 0 && st.column_double(1) > 0
-                                  ? nlohmann::json(100.0 * st.column_double(0) / st.column_double(1))
-                              : st.column_int(4) > 0 ? nlohmann::json(100.0 * st.column_double(3) / st.column_double(4))
-                                                     : nlohmann::json(nullptr);
+        // Wait is only measured at --level full, by the trace's one split rule (stats.h).
+        const auto w = wait_share_pct(wait_split_of(db), st.column_double(0), st.column_double(1), st.column_double(2),
+                                      st.column_double(3));
+        m["wait_share_pct"] = w ? nlohmann::json(*w) : nlohmann::json(nullptr);
     }
     {
         // Times a target thread lost its CPU while runnable (preempted), per decode call:
@@ -152,8 +149,8 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         // same for the weight MatMuls. Null under 20 decode calls with operator records.
         std::vector<double> att, mm;
         store::Statement st(db.handle(),
-                            "SELECT sum(CASE WHEN attention THEN dur_ns ELSE 0 END), sum(CASE WHEN op IN ('MUL_MAT', "
-                            "'MUL_MAT_ID') AND NOT attention THEN dur_ns ELSE 0 END) FROM node_times WHERE phase = 'decode' "
+                            "SELECT sum(CASE WHEN attention THEN dur_ns ELSE 0 END), sum(CASE WHEN matmul AND NOT "
+                            "attention THEN dur_ns ELSE 0 END) FROM node_times WHERE phase = 'decode' "
                             "GROUP BY call ORDER BY call");
         while (st.step()) att.push_back(st.column_double(0)), mm.push_back(st.column_double(1));
         auto growth = [](const std::vector<double>& v) -> nlohmann::json {
@@ -185,7 +182,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         // their weights, bytes of the weight (src0, at its type's size) over the nodes' time,
         // on up to 16 decode calls spread over the run. Near the machine's triad roof, decode
         // is memory-bound (weight_stream_roof_pct, where the results have a machine.json).
-        TraceGraphs trace(path);
+        TraceGraphs trace(db);
         std::vector<int> decode;
         for (const auto& c : trace.calls())
             if (c.phase == "decode") decode.push_back(c.index);
@@ -259,7 +256,7 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
         m["moe_reuse_time_r"] = nullptr;
         if (moe) {
             std::vector<double> dist, us;
-            for (const auto& r : stats_table(path, "expert-call").to_json())
+            for (const auto& r : stats_table(db, "expert-call").to_json())
                 if (r["phase"] == "decode" && r["node"] == "ffn_moe_up" && r["first_uses"] == 0 &&
                     r["mean_reuse_distance"].is_number())
                     dist.push_back(r["mean_reuse_distance"].get<double>()), us.push_back(r["time_us"].get<double>());
@@ -282,8 +279,8 @@ nlohmann::json point_metrics(const fs::path& path, const std::string& bench_json
             st.step();
             return st.column_is_null(0) ? nlohmann::json(nullptr) : nlohmann::json(st.column_double(0));
         };
-        m["wait_share_matmul_pct"] = most_waiting("op IN ('MUL_MAT', 'MUL_MAT_ID')");
-        m["wait_share_other_pct"] = most_waiting("op NOT IN ('MUL_MAT', 'MUL_MAT_ID')");
+        m["wait_share_matmul_pct"] = most_waiting("matmul");
+        m["wait_share_other_pct"] = most_waiting("NOT matmul");
     }
     return m;
 }
@@ -388,15 +385,17 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         facts.recording_s += run.seconds;
         const fs::path db = run.db;
         r.dbs.push_back({run.round, db});
-        nlohmann::json m = point_metrics(db, run.bench);
+        std::optional<store::Database> trace;  // the run's trace, opened once for every measure
+        if (!db.empty()) trace.emplace(db, store::Database::Mode::ReadOnly);
+        nlohmann::json m = point_metrics(trace ? &*trace : nullptr, run.bench);
         m["cpu_s"] = run.cpu_s ? nlohmann::json(*run.cpu_s) : nlohmann::json(nullptr);
         // The tracing-cost measures a run makes on itself.
         const std::string& tracer = r.params.at("tracer");
         if (!db.empty() && tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
-            m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(db)));
+            m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(*trace)));
         if (!db.empty() && tracer.rfind("budget-", 0) == 0) {
-            m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(db));
-            m["traced_calls_pct"] = number_or_null(traced_calls_pct(db));
+            m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(*trace));
+            m["traced_calls_pct"] = number_or_null(traced_calls_pct(*trace));
         }
         if (m.contains("weight_stream_gbs") && m["weight_stream_gbs"].is_number()) {
             const double roof = triad_gbs(machine, std::stoi(r.params.at("threads")));
@@ -522,7 +521,8 @@ void write_fidelity(const std::vector<Recorded>& points, const fs::path& out_dir
                     // The callback run wrote its nodes next to where its DB would be.
                     const fs::path nodes = out_dir / "points" / (cb.id + "-r" + std::to_string(round) + ".db.nodes.csv");
                     if (!fs::exists(nodes)) continue;
-                    const Fidelity f = fidelity_against_callback(db, nodes);
+                    store::Database trace(db, store::Database::Mode::ReadOnly);
+                    const Fidelity f = fidelity_against_callback(trace, nodes);
                     std::string cover;
                     for (const auto& [th, pct] : f.coverage_pct) cover += (cover.empty() ? "" : " ") + th + ":" + fmt3(pct);
                     t.rows.push_back({int64_t(round), int64_t(f.operators), number_or_null(f.median_rel_err_pct),
@@ -713,7 +713,9 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         machine = MachineBench::load(m);
     for (const auto& r : points) {
         const fs::path base = out_dir / "points" / r.id;
-        const fs::path db = r.dbs.front().second;
+        const fs::path path = r.dbs.front().second;  // empty for an untraced point
+        if (path.empty() || (spec.dag.empty() && spec.stats.empty() && spec.figures.empty() && !spec.timeline)) continue;
+        store::Database db(path, store::Database::Mode::ReadOnly);  // opened once for its outputs
         if (!spec.dag.empty()) {
             TraceGraphs trace(db);
             Dag dag = Dag::build(trace, trace.default_call());

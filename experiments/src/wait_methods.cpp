@@ -48,9 +48,10 @@ std::vector<fs::path> summarise_wait_methods(const ExperimentSpec& spec, const s
             int64_t samples = 0;
         };
         std::map<std::pair<std::string, int>, Row> rows;
-        for (const auto& r : stats_table(by.at("exact"), "thread").to_json())
+        store::Database exact(by.at("exact"), store::Database::Mode::ReadOnly), sampled(by.at("sampled"), store::Database::Mode::ReadOnly);
+        for (const auto& r : stats_table(exact, "thread").to_json())
             if (r["wait_share_pct"].is_number()) rows[{r["op"], r["ith"]}].exact = r["wait_share_pct"];
-        for (const auto& r : stats_table(by.at("sampled"), "thread").to_json()) {
+        for (const auto& r : stats_table(sampled, "thread").to_json()) {
             auto& row = rows[{r["op"], r["ith"]}];
             if (r["sampled_wait_pct"].is_number()) row.sampled = r["sampled_wait_pct"];
             if (r["sampled_ci95_lo"].is_number()) row.lo = r["sampled_ci95_lo"], row.hi = r["sampled_ci95_hi"];

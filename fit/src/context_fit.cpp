@@ -50,8 +50,8 @@ void fit_context(FitContext& c) {
                                         {"ms_per_ctx_per_head_dim_layer", f.coef[1] / dims},
                                         {"ms_per_ctx_ci95", {f.ci_lo[1], f.ci_hi[1]}}, {"r2", f.r2}, {"model", model},
                                         {"valid", {{"ctx", {lo, hi}}}}});
-            md << "| " << model << " | " << fa << " | " << xy.size() << " | " << fmt(f.coef[0]) << " | " << fmt(f.coef[1] * 1e3)
-               << " | " << fmt(f.r2, "%.3f") << " | " << fmt(f.coef[1] / dims * 1e6, "%.4g") << " |\n";
+            md << "| " << model << " | " << fa << " | " << xy.size() << " | " << format_double(f.coef[0]) << " | " << format_double(f.coef[1] * 1e3)
+               << " | " << format_double(f.r2, "%.3f") << " | " << format_double(f.coef[1] / dims * 1e6, "%.4g") << " |\n";
         }
     }
 }

@@ -56,7 +56,7 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups) {
     for (const auto& [key, ms] : runs) {
         const auto& [backend, type, threads] = key;
         if (ms.size() < 4) continue;  // three to fit a line on, one to check it
-        const GroupKey gk{backend, type, threads, "n=1"};
+        const GroupKey gk{backend, type, threads, perf::batch_class(1)};
         if (!groups.count(gk)) continue;
         const nlohmann::json* entry = full.matmul_entry(backend, type, threads, 1);
         if (!entry) continue;
@@ -96,8 +96,8 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups) {
                 decode_tab.rows.push_back({backend, type, threads, held.model, 1000 / held.ms, 1000 / sum_ms, se, 1000 / direct_ms, de});
                 per_model.push_back({{"model", held.model}, {"measured_tps", 1000 / held.ms}, {"predicted_tps", 1000 / sum_ms},
                                      {"abs_err_pct", se}, {"direct_predicted_tps", 1000 / direct_ms}, {"direct_abs_err_pct", de}});
-                md << "| " << type << " | " << threads << " | " << held.model << " | " << fmt(1000 / held.ms) << " | " << fmt(1000 / sum_ms) << " | "
-                   << fmt(se, "%.1f") << " | " << fmt(1000 / direct_ms) << " | " << fmt(de, "%.1f") << " |\n";
+                md << "| " << type << " | " << threads << " | " << held.model << " | " << format_double(1000 / held.ms) << " | " << format_double(1000 / sum_ms) << " | "
+                   << format_double(se, "%.1f") << " | " << format_double(1000 / direct_ms) << " | " << format_double(de, "%.1f") << " |\n";
             } catch (const Error&) {
                 continue;
             }
@@ -120,7 +120,7 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups) {
                                               {"mape_pct", mean(sum_err)},
                                               {"direct_mape_pct", mean(direct_err)},
                                               {"per_model", per_model}}}});
-        md << "| " << type << " | " << threads << " | **mean** | | | **" << fmt(mean(sum_err), "%.1f") << "** | | **" << fmt(mean(direct_err), "%.1f")
+        md << "| " << type << " | " << threads << " | **mean** | | | **" << format_double(mean(sum_err), "%.1f") << "** | | **" << format_double(mean(direct_err), "%.1f")
            << "** |\n";
     }
 

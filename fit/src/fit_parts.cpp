@@ -74,12 +74,6 @@ std::string llama_commit(const fs::path& index) {
     return "unknown";
 }
 
-std::string fmt(double v, const char* f) {
-    if (!std::isfinite(v)) return "–";
-    char b[48];
-    std::snprintf(b, sizeof b, f, v);
-    return b;
-}
 
 MatMulGroups read_matmul_groups(const fs::path& matmuls_csv) {
     const Table mm = read_table(matmuls_csv);
@@ -91,7 +85,7 @@ MatMulGroups read_matmul_groups(const fs::path& matmuls_csv) {
         const int threads = int(r[mm.column("threads")].get<int64_t>());
         Point p{text(r[mm.column("model")]), r[mm.column("m")].get<int64_t>(), n, r[mm.column("k")].get<int64_t>(),
                 r[mm.column("h")].get<int64_t>(), r[mm.column("median_us")].get<double>()};
-        groups[{backend, type, threads, n == 1 ? "n=1" : "n>1"}].push_back(p);
+        groups[{backend, type, threads, perf::batch_class(n)}].push_back(p);
     }
     return groups;
 }

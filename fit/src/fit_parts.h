@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profinfer/machine_bench.h"
+#include "profinfer/number_text.h"
 #include "profinfer/perf_models.h"
 #include "profinfer/regression.h"
 #include "profinfer/stats.h"
@@ -25,7 +26,6 @@ namespace fs = std::filesystem;
 // A study's CSV table; an error naming the study to run when it is missing.
 Table read_table(const fs::path& f);
 std::string text(const nlohmann::json& v);  // a cell as text, numbers included
-std::string fmt(double v, const char* f = "%.3g");  // "–" when not finite
 
 // One weight-MatMul shape of matmul-dims/matmuls.csv: its median time (µs).
 struct Point {

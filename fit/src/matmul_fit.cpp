@@ -79,9 +79,9 @@ Table fit_matmul(FitContext& c, const MatMulGroups& groups) {
         if (machine) e["heldout"]["roofline"] = err_json(re);
         e["use"] = machine && re.points && re.within_10pct > le.within_10pct ? "roofline" : "linear";
         md << "| " << backend << " | " << type << " | " << threads << " | " << batch << " | " << models.size() << " | "
-           << all.size() << " | " << (le.points ? fmt(100 * le.within_10pct, "%.0f %%") : "–") << " | "
-           << (le.points ? fmt(le.median_abs_pct, "%.1f") : "–") << " | "
-           << (re.points ? fmt(100 * re.within_10pct, "%.0f %%") : "–") << " | " << (re.points ? fmt(re.median_abs_pct, "%.1f") : "–")
+           << all.size() << " | " << (le.points ? format_double(100 * le.within_10pct, "%.0f %%") : "–") << " | "
+           << (le.points ? format_double(le.median_abs_pct, "%.1f") : "–") << " | "
+           << (re.points ? format_double(100 * re.within_10pct, "%.0f %%") : "–") << " | " << (re.points ? format_double(re.median_abs_pct, "%.1f") : "–")
            << " | " << e["use"].get<std::string>() << " |\n";
         out["matmul"].push_back(e);
     }

@@ -56,7 +56,7 @@ void fit_moe(FitContext& c) {
                 try {
                     const Correlation c = pearson(x, y);
                     e[key] = {{"pairs", c.n}, {"pearson_r", c.r}, {"r_ci95", {c.lo, c.hi}}};
-                    return fmt(c.r) + " [" + fmt(c.lo) + ", " + fmt(c.hi) + "]";
+                    return format_double(c.r) + " [" + format_double(c.lo) + ", " + format_double(c.hi) + "]";
                 } catch (const Error&) {
                     return "–";
                 }
@@ -66,7 +66,7 @@ void fit_moe(FitContext& c) {
             if (have_faults) e["major_faults_moe_nodes"] = all_faults;
             out["moe"].push_back(e);
             md << "| " << id << " | " << e["type"].get<std::string>() << " | " << e["memory_limit"].get<std::string>() << " | "
-               << dist.size() << " | " << cold << " | " << rd << " | " << (have_faults ? fmt(all_faults, "%.0f") : "–") << " | " << rf << " |\n";
+               << dist.size() << " | " << cold << " | " << rd << " | " << (have_faults ? format_double(all_faults, "%.0f") : "–") << " | " << rf << " |\n";
         }
     } else {
         md << "No moe-experts study in " << results_dir.string() << ".\n";

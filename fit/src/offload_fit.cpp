@@ -67,10 +67,10 @@ void fit_offload(FitContext& c) {
             const double vk = (added * 1e3 + *c * s->per_token) / s->per_token;
             mnkh.push_back(double(s->m) * double(s->k)), us.push_back(vk), names.push_back(r.weight);
             md << "| " << model << " | " << threads << " | " << r.weight << " | " << s->m << " × " << s->k << " | "
-               << fmt(1000 / r.ms) << " | " << fmt(added) << " | " << fmt(vk) << " | " << fmt(*c) << " | " << fmt(vk / *c) << " |\n";
+               << format_double(1000 / r.ms) << " | " << format_double(added) << " | " << format_double(vk) << " | " << format_double(*c) << " | " << format_double(vk / *c) << " |\n";
         }
         if (us.size() < 3) continue;
-        nlohmann::json e{{"backend", "vulkan"}, {"type", type}, {"threads", threads}, {"batch", "n=1"}, {"use", "linear"},
+        nlohmann::json e{{"backend", "vulkan"}, {"type", type}, {"threads", threads}, {"batch", perf::batch_class(1)}, {"use", "linear"},
                          {"models", {model}},
                          {"measured_as", "decode time a token gains with one weight kind on the Vulkan device (llama.cpp "
                                          "-ot, op offload off) plus the CPU model's time for its MatMuls: the device "

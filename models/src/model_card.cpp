@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "profinfer/error.h"
+#include "profinfer/text_file.h"
 
 namespace fs = std::filesystem;
 
@@ -71,8 +72,7 @@ ModelCard ModelCard::load(const std::string& name_or_file, Scale scale) {
     try {
         tbl = toml::parse_file(file.string());
     } catch (const toml::parse_error& e) {
-        throw Error(file.string() + ":" + std::to_string(e.source().begin.line) + ": malformed card: " +
-                    std::string(e.description()));
+        throw Error(toml_error_text(file, e, "malformed card"));
     }
     const toml::table* tiny = nullptr;
     if (scale == Scale::Tiny) {

@@ -35,14 +35,16 @@ CREATE INDEX temp.call_graphs_call ON call_graphs(call);
 
 -- Node names: the base (the name without the layer suffix: ffn_out-3 → ffn_out; "node"
 -- for the nodes llama.cpp left unnamed, which ggml calls node_<index>) and the layer (3;
--- NULL when the name has no "-N" suffix). attention: the node computes
--- attention scores or their product with V — the KQ and KQV MatMuls (flash attention
--- off) or FLASH_ATTN_EXT (on).
+-- NULL when the name has no "-N" suffix). matmul: a MatMul node (MUL_MAT, or MUL_MAT_ID:
+-- the experts' MatMuls of an MoE layer). attention: the node computes attention scores or
+-- their product with V — the KQ and KQV MatMuls (flash attention off) or FLASH_ATTN_EXT
+-- (on). A weight MatMul is a matmul that is not attention.
 CREATE TEMP VIEW node_names AS
 SELECT id, graph_seq, tensor, op, name, type, ne0, ne1, ne2, ne3,
        CASE WHEN name GLOB 'node_[0-9]*' AND stem = 'node_' THEN 'node'
             WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END AS base,
        CASE WHEN suffixed THEN CAST(substr(name, length(stem) + 1) AS INTEGER) END AS layer,
+       op IN ('MUL_MAT', 'MUL_MAT_ID') AS matmul,
        (op = 'FLASH_ATTN_EXT' OR (op IN ('MUL_MAT', 'MUL_MAT_ID') AND
         (CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END) IN ('kq', 'kqv'))) AS attention
 FROM (SELECT n.*, rtrim(n.name, '0123456789') AS stem,
@@ -55,7 +57,7 @@ FROM (SELECT n.*, rtrim(n.name, '0123456789') AS stem,
 -- node. samples, wait_samples: --wait sampled's CPU-clock samples in this part, and those
 -- in barrier code (0 where not sampled).
 CREATE TEMP VIEW thread_parts AS
-SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.name, n.base, n.layer, n.attention,
+SELECT o.id, o.graph_seq, cg.call, cg.phase, o.tensor, o.fused_tensor, n.op, n.name, n.base, n.layer, n.matmul, n.attention,
        o.tid, o.ith, o.nth, o.start_cpu, o.end_cpu, o.start_ns, o.compute_end_ns, o.end_ns,
        o.compute_end_ns - o.start_ns AS compute_ns, o.end_ns - o.compute_end_ns AS wait_ns, o.barriers,
        coalesce(s.samples, 0) AS samples, coalesce(s.wait_samples, 0) AS wait_samples,
@@ -78,7 +80,7 @@ WITH k AS (SELECT graph_seq, tensor, min(start_ns) AS first_start, max(compute_e
                   max(nth) AS nth, count(*) AS parts
            FROM ops GROUP BY graph_seq, tensor),
      w AS (SELECT k.*, lead(first_start) OVER (PARTITION BY graph_seq ORDER BY first_start, tensor) AS next_start FROM k)
-SELECT w.graph_seq, cg.call, cg.phase, w.tensor, n.op, n.name, n.base, n.layer, n.attention, w.nth, w.parts,
+SELECT w.graph_seq, cg.call, cg.phase, w.tensor, n.op, n.name, n.base, n.layer, n.matmul, n.attention, w.nth, w.parts,
        max(w.first_start, cg.start_ns) AS start_ns,
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns)) AS end_ns,
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns))

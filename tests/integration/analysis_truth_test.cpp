@@ -58,7 +58,8 @@ TEST_P(OperatorTime, NeverExceedsItsCall) {
     EXPECT_EQ(db.scalar("SELECT count(*) FROM calls c WHERE (SELECT coalesce(sum(dur_ns), 0) FROM node_times t "
                         "WHERE t.call = c.call) > c.dur_ns"),
               0);
-    TraceGraphs trace(db_path);
+    auto trace_db = open_trace(db_path);
+    TraceGraphs trace(*trace_db);
     for (const auto& call : trace.calls()) {
         double op_ms = 0;
         for (const auto& n : trace.nodes(call.index)) op_ms += n.time_ms();
@@ -126,7 +127,7 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
     auto r = run({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid", std::to_string(target)});
     ASSERT_TRUE(reap(target, std::chrono::seconds(120)).has_value());
     ASSERT_EQ(r.status, 0) << r.err;
-    auto s = RunSummary::load(d / "run.db");
+    auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.prefill_calls, 0);
     ASSERT_GT(s.decode_calls, 20);
     // Calls that began while the operator probes were going in record no operator, and say
@@ -207,7 +208,7 @@ TEST_P(MatMulByWeightType, FlopsAndBytesMatchAHandComputation) {
     machine.roofs = {{1, 1e9, 11, peaks}, {64, 1e9, 11, peaks}};
     const std::string kind = type == "f32" || type == "f16" || type == "bf16" ? type : "int8";
     bool found = false;
-    for (const auto& row : roofline_table(d / "run.db", machine).to_json()) {
+    for (const auto& row : roofline_table(*open_trace(d / "run.db"), machine).to_json()) {
         if (row["name"] != "ffn_up" || row["op"] != "MUL_MAT") continue;
         found = true;
         const double flops = 2.0 * K * M * N;

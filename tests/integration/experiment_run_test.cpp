@@ -115,7 +115,7 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     {
         size_t rows = 0;
         for (const auto& f : fs::directory_iterator(out / "points"))
-            if (f.path().extension() == ".db") rows += stats_table(f.path(), "matmul").rows.size();
+            if (f.path().extension() == ".db") rows += stats_table(*open_trace(f.path()), "matmul").rows.size();
         const Table all = Table::read_csv_file(out / "matmuls.csv");
         EXPECT_GT(rows, 0u);
         EXPECT_EQ(all.rows.size(), rows);

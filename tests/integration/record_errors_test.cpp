@@ -51,7 +51,7 @@ TEST(RecordErrors, SigtermLeavesAConsistentIncompleteDb) {
     int st = 0;
     waitpid(pid, &st, 0);
     ASSERT_TRUE(WIFEXITED(st));
-    auto s = RunSummary::load(d / "run.db");
+    auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.meta[store::MetaKey::Status], "incomplete");
     EXPECT_EQ(s.meta[store::MetaKey::InterruptedBy], "Terminated");
     EXPECT_GT(s.decode_calls, 10);

@@ -57,7 +57,7 @@ TEST(RecordOps, EveryComputedNodeOncePerThreadDebugBuild) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     auto rec = record_graph_dump(d, graph_dump_bin());
-    auto s = RunSummary::load(rec.db);
+    auto s = RunSummary::load(*open_trace(rec.db));
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);
     EXPECT_NE(s.meta[store::MetaKey::StructLayout].find("DWARF"), std::string::npos);
@@ -286,7 +286,7 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     int st = 0;
     waitpid(target, &st, 0);
     ASSERT_EQ(r.status, 0) << r.err;
-    auto s = RunSummary::load(d / "run.db");
+    auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
     EXPECT_EQ(s.prefill_calls, 0);  // the prompt was before we attached
     EXPECT_GT(s.decode_calls, 50);
@@ -452,7 +452,7 @@ TEST(RecordOps, NoOperatorMovesBytesFasterThanTheMemoryRoof) {
         TempDir r;
         auto rec = record(r, {"--level", "op"}, {graph_dump_bin(), tiny_model(card), "Hello world", "8", "2"});
         ASSERT_EQ(rec.result.status, 0) << rec.result.err;
-        const Table t = roofline_table(rec.db, machine);
+        const Table t = roofline_table(*open_trace(rec.db), machine);
         int rows = 0;
         for (const auto& row : t.rows) {
             const double gbs = row[t.column("gbs")].get<double>();

@@ -17,7 +17,7 @@ TEST(RecordToken, LlamaSimpleSixteenTokens) {
     auto r = run({profinfer_bin(), "record", "-o", d / "run.db", "--", llama_debug().program("llama-simple"), "-m",
                   tiny_model("llama3.2-1b"), "-n", "16", "Hello world"});
     ASSERT_EQ(r.status, 0) << r.err;
-    auto s = RunSummary::load(d / "run.db");
+    auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
     EXPECT_EQ(s.prefill_calls, 1);
     EXPECT_EQ(s.decode_calls, 15);

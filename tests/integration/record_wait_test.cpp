@@ -46,7 +46,7 @@ TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
     // one spinning, most do not find both.
     EXPECT_GT(waits, 0);
     EXPECT_LT(waits, samples);
-    auto t = stats_table(db_path, "thread").to_json();
+    auto t = stats_table(*open_trace(db_path), "thread").to_json();
     ASSERT_FALSE(t.empty());
     for (const auto& r : t) {
         EXPECT_EQ(r["method"], "sampled") << r.dump();

@@ -240,6 +240,10 @@ void expect_calls_match_dump(const RunResult& result, const fs::path& db, int n_
 
 fs::path golden_trace(const std::string& name) { return fs::path(GOLDEN_DIR) / (name + ".db"); }
 
+std::unique_ptr<profinfer::store::Database> open_trace(const fs::path& db) {
+    return std::make_unique<profinfer::store::Database>(db, profinfer::store::Database::Mode::ReadOnly);
+}
+
 bool bpf_available(std::string* why) {
     if (geteuid() != 0) {
         *why = "needs root (or CAP_BPF+CAP_PERFMON) to load BPF programs; run as root";

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <functional>
 #include <optional>
 #include <map>
@@ -15,6 +16,8 @@
 
 #include "profinfer/llama_install.h"
 #include "profinfer/output_file.h"
+
+#include "profinfer/store.h"
 
 namespace profinfer::test {
 
@@ -112,6 +115,8 @@ std::filesystem::path tiny_model(const std::string& card, const std::string& typ
 // A recording committed in tests/golden (scripts/make-golden-traces.sh), for tests
 // that must run where eBPF cannot: NAME is e.g. "llama3.2-1b-full".
 std::filesystem::path golden_trace(const std::string& name);
+// A trace opened read-only, for a test's one expression: stats_table(*open_trace(p), "op").
+std::unique_ptr<profinfer::store::Database> open_trace(const std::filesystem::path& db);
 
 // True when the test may use eBPF. Otherwise records why: a skip on a developer
 // machine, a failure under CI=true (CI runs as root and must run these for real).

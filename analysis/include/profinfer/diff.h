@@ -14,7 +14,7 @@ namespace profinfer {
 // ((b − a) / a), a_share_pct, b_share_pct, a_count_per_call, b_count_per_call, verdict
 // (faster, slower, same: within ±THRESHOLD_PCT, only in A, only in B); largest absolute
 // change in time first. Calls: PHASE (decode, prefill or all).
-Table diff_table(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& phase = "decode",
+Table diff_table(store::Database& a, store::Database& b, const std::string& phase = "decode",
                  double threshold_pct = 5.0);
 
 }  // namespace profinfer

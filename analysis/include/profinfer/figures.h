@@ -9,6 +9,8 @@
 
 #include "profinfer/machine_bench.h"
 
+#include "profinfer/store.h"
+
 namespace profinfer {
 
 struct Figure {
@@ -20,7 +22,7 @@ struct Figure {
 // timeline — a row per thread, a bar per operator from its start to the end of its compute on
 // that thread, weight MatMuls, attention and other operators in their own colours, the barrier
 // wait after each in grey. ID names the files in DIR; CAPTION is printed under the plot.
-Figure draw_timeline(const std::filesystem::path& db, const std::filesystem::path& dir, const std::string& id,
+Figure draw_timeline(store::Database& db, const std::filesystem::path& dir, const std::string& id,
                      int call = -1, const std::string& caption = "");
 
 // The figures of a recording, by kind: timeline (Fig. 5), op_types, tokens (Fig. 9),
@@ -31,7 +33,7 @@ void check_figure_kinds(const std::vector<std::string>& kinds);
 
 // Writes the figures of DB into DIR, named PREFIX + kind: every kind DB has data for, or only
 // KINDS; MACHINE may be null (no roofline then). CAPTION, when given, is printed under each.
-std::vector<Figure> draw_figures(const std::filesystem::path& db, const std::filesystem::path& dir,
+std::vector<Figure> draw_figures(store::Database& db, const std::filesystem::path& dir,
                                  const MachineBench* machine, const std::vector<std::string>& kinds = {},
                                  const std::string& prefix = "", const std::string& caption = "");
 

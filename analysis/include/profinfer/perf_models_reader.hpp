@@ -34,6 +34,10 @@ struct MatMulShape {
     int per_token = 1;
 };
 
+// A MatMul's batch class, the models' regimes: "n=1" (one token: the weight streamed once
+// per token — decode, and a prompt's last-token MatMuls) or "n>1" (reused across tokens).
+inline std::string batch_class(int64_t n) { return n == 1 ? "n=1" : "n>1"; }
+
 class Models {
 public:
     explicit Models(nlohmann::json j) : j_(std::move(j)) {
@@ -57,7 +61,7 @@ public:
     // nullptr. N = 1 and N > 1 are separate regimes (a weight streamed once per token, or
     // reused across the batch's tokens).
     const nlohmann::json* matmul_entry(const std::string& backend, const std::string& type, int threads, int64_t n) const {
-        const std::string batch = n == 1 ? "n=1" : "n>1";
+        const std::string batch = batch_class(n);
         for (const auto& e : list("matmul"))
             if (e.value("backend", "") == backend && e.value("type", "") == type && e.value("threads", 0) == threads &&
                 e.value("batch", "") == batch)

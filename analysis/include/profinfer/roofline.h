@@ -10,6 +10,8 @@
 #include "profinfer/stats.h"
 #include "profinfer/trace_graph.h"
 
+#include "profinfer/store.h"
+
 namespace profinfer {
 
 // FLOPs of one node from its op and shapes (multiply-add = 2).
@@ -27,6 +29,6 @@ constexpr double kOverheadShare = 0.10;
 // Per operator name and op over the decode calls: mean time, FLOPs, bytes, intensity,
 // achieved GFLOP/s and GB/s, the roof of its kind of arithmetic, % of roof and the verdict (memory-bound,
 // compute-bound, overhead-dominated).
-Table roofline_table(const std::filesystem::path& db, const MachineBench& machine);
+Table roofline_table(store::Database& db, const MachineBench& machine);
 
 }  // namespace profinfer

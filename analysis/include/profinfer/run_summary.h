@@ -16,6 +16,12 @@ namespace profinfer {
 // one line saying so, for every view that shows operator figures; empty otherwise.
 std::string operator_sampling_note(store::Database& db);
 
+// The decode speed every study and view reports: TPOT, the median duration of the run's
+// decode calls (view calls, phase decode), in ms — decode tokens/s is 1000 / TPOT. (A
+// program's own speed, e.g. llama-bench's avg_ts, is reported apart, as bench_tg_tps.)
+// Empty without a decode call; N: the decode calls it rests on.
+std::optional<double> median_tpot_ms(store::Database& db, int64_t* n = nullptr);
+
 struct RunSummary {
     store::Meta meta;
     int64_t tokens = 0;  // tokens processed (sum of batch sizes)
@@ -36,7 +42,7 @@ struct RunSummary {
     store::RunHealth health;  // status as it really is, losses per kind
     std::vector<std::string> attached_probes, missing_probes;  // "symbol (library): reason"
 
-    static RunSummary load(const std::filesystem::path& db);
+    static RunSummary load(store::Database& db);
     nlohmann::json to_json() const;  // keys documented in docs/cli.md; stable
     std::string to_text() const;
 };

@@ -5,14 +5,28 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <optional>
 #include <vector>
+
+#include "profinfer/store.h"
 
 #include "profinfer/table.h"
 
 namespace profinfer {
 
 // BY: op-type, op, token, thread, expert, expert-reuse, expert-step, expert-call, matmul. Throws profinfer::Error for another.
-Table stats_table(const std::filesystem::path& db, const std::string& by);
+Table stats_table(store::Database& db, const std::string& by);
+
+// How a trace splits a thread's part of a node into compute and wait, the one rule every
+// view and study uses: exact where barriers were traced (--wait exact or both: a part's
+// wait is end − compute end), else sampled where CPU-clock samples were taken (--wait
+// sampled: the share of its samples in barrier code), else none (--level op: no split).
+enum class WaitSplit { Exact, Sampled, None };
+WaitSplit wait_split_of(store::Database& db);
+const char* to_string(WaitSplit w);
+// The wait share (%) of thread parts whose sums are given, by that rule; empty with none
+// (or no time, or no sample).
+std::optional<double> wait_share_pct(WaitSplit w, double wait_ns, double part_ns, double wait_samples, double samples);
 
 // The Wilson score interval of a proportion K/N (95 % at z = 1.96): for shares estimated
 // from samples (--wait sampled).

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <ostream>
 
+#include "profinfer/store.h"
+
 namespace profinfer {
 
 // Writes the timeline of DB to OUT; returns the number of trace events written.
-int64_t write_timeline(const std::filesystem::path& db, std::ostream& out);
+int64_t write_timeline(store::Database& db, std::ostream& out);
 
 }  // namespace profinfer

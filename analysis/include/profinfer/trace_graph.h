@@ -51,7 +51,8 @@ struct Node {
     int fused_with = -1;              // index of the partner node of a fused kernel
     std::string base;                 // name without the layer suffix (view node_names)
     int layer = -1;                   // the name's "-N" suffix, -1 without one
-    bool attention = false;           // KQ/KQV MatMul or FLASH_ATTN_EXT
+    bool matmul = false;              // MUL_MAT or MUL_MAT_ID (view node_names)
+    bool attention = false;           // KQ/KQV MatMul or FLASH_ATTN_EXT (view node_names)
     // The node's time as view node_times defines it (docs/trace-store.md); 0 for the
     // second node of a fused kernel, whose time is the first's.
     int64_t start_ns = 0, end_ns = 0;
@@ -70,7 +71,8 @@ struct DecodeCall {
 
 class TraceGraphs {
 public:
-    explicit TraceGraphs(const std::filesystem::path& db);
+    // DB: an open trace, read while this lives.
+    explicit TraceGraphs(store::Database& db);
     const std::vector<DecodeCall>& calls() const { return calls_; }
     // The middle decode call (the paper's "target decode iteration"), or the last call.
     int default_call() const;
@@ -79,7 +81,7 @@ public:
     store::Database& db() { return db_; }
 
 private:
-    mutable store::Database db_;
+    store::Database& db_;
     std::vector<DecodeCall> calls_;
 };
 

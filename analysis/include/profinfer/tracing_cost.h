@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "profinfer/store.h"
+
 namespace profinfer {
 
 // A call a probe switch (a qos_events row: recorder began it at start_ns, it took effect at
@@ -17,15 +19,15 @@ inline constexpr int64_t kSwitchAftermathNs = 300'000'000;
 // recorded and windows that are not): per recorded window, its median decode call against
 // the mean of its two neighbouring windows' medians, minus 1, in %. The first SKIP calls of
 // each window (the switch falls there) and every call a switch may have slowed are left out.
-std::vector<double> paired_window_slowdowns_pct(const std::filesystem::path& db, int skip = 1);
+std::vector<double> paired_window_slowdowns_pct(store::Database& db, int skip = 1);
 
 // A --budget run: what tracing cost its decode, on the run itself: the sum of its decode
 // calls over the sum of what each would have taken untraced (the mean of the untraced calls
 // no switch touched among the 2·HALF calls around it), minus 1, in %. NaN without such calls.
-double achieved_overhead_pct(const std::filesystem::path& db, int half = 32);
+double achieved_overhead_pct(store::Database& db, int half = 32);
 
 // The share of calls whose operators were recorded (not left out by a gate), in %.
-double traced_calls_pct(const std::filesystem::path& db);
+double traced_calls_pct(store::Database& db);
 
 // profinfer's operator times (--level op, decode calls after the first) against the eval
 // callback's (NODES_CSV: call,index,name,op,start_ns,end_ns of the same program and model in
@@ -37,6 +39,6 @@ struct Fidelity {
     double profinfer_ms = 0, callback_ms = 0;  // sums of the pairs' mean times (one call's worth)
     std::map<std::string, double> coverage_pct;  // per thread (t0, t1…): its operator time / decode call time
 };
-Fidelity fidelity_against_callback(const std::filesystem::path& db, const std::filesystem::path& nodes_csv);
+Fidelity fidelity_against_callback(store::Database& db, const std::filesystem::path& nodes_csv);
 
 }  // namespace profinfer

@@ -1,8 +1,7 @@
 #pragma once
-// An output stream that gzip-compresses into another stream (zlib, gzip framing), so
-// that a large output can be written compressed as it is produced: `-o trace.json.gz`.
-#include <zlib.h>
-
+// An output stream that gzip-compresses into another stream (Boost.Iostreams'
+// gzip_compressor), so that a large output can be written compressed as it is produced:
+// `-o trace.json.gz`.
 #include <filesystem>
 #include <memory>
 #include <ostream>

@@ -12,4 +12,8 @@ namespace profinfer {
 std::optional<double> leading_number(const std::string& text, size_t* used = nullptr);
 std::optional<int64_t> leading_integer(const std::string& text, size_t* used = nullptr);
 
+// V as printf's FORMAT prints one double ("%.3g"), "–" when V is not finite: the tables'
+// cells.
+std::string format_double(double v, const char* format = "%.3g");
+
 }  // namespace profinfer

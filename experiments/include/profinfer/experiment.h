@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profinfer/intervals.h"
+#include "profinfer/store.h"
 
 namespace profinfer {
 
@@ -168,7 +169,7 @@ std::filesystem::path point_model(const SweepPoint& p, const std::string& scale,
 // Per-point metrics from its trace DB (and llama-bench's own output): decode_tps,
 // prefill_tps, bench_tg_tps, bench_pp_tps, op_ms_per_token, mul_mat_share_pct,
 // attention_share_pct, wait_share_pct.
-nlohmann::json point_metrics(const std::filesystem::path& db, const std::string& bench_json);
+nlohmann::json point_metrics(store::Database* db, const std::string& bench_json);
 
 // The experiment's table (CSV + Markdown) and figure (PNG + SVG) from its index and
 // point DBs, written into out_dir; returns the files written. Only the points of the
