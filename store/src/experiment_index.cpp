@@ -21,27 +21,35 @@ void exec_or_throw(sqlite3* db, const char* sql, const std::filesystem::path& pa
         throw Error(path.string() + ": " + msg);
     }
 }
+
+// PATH opened with FLAGS and, when SCHEMA is given, that schema applied; closed again on any
+// error, which names what the file was meant to be.
+sqlite3* open_index(const std::filesystem::path& path, int flags, const char* schema, const char* what) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+        std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+        sqlite3_close(db);
+        throw Error(std::string("cannot open ") + what + " " + path.string() + ": " + msg);
+    }
+    sqlite3_busy_timeout(db, 2000);
+    if (schema) {
+        try {
+            exec_or_throw(db, schema, path);
+        } catch (...) {
+            sqlite3_close(db);
+            throw;
+        }
+    }
+    return db;
+}
 }
 
 ExperimentIndex::ExperimentIndex(const std::filesystem::path& path, Mode mode) : path_(path) {
     if (mode == Mode::Read && !std::filesystem::exists(path))
         throw Error("no experiment index at " + path.string() + ": run the experiment first");
-    const int flags = mode == Mode::Read ? SQLITE_OPEN_READONLY
-                                         : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW;
-    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-        sqlite3_close(db_);
-        throw Error("cannot open experiment index " + path.string() + ": " + msg);
-    }
-    sqlite3_busy_timeout(db_, 2000);
-    if (mode == Mode::Write) {
-        try {
-            exec_or_throw(db_, kIndexSchema, path);
-        } catch (...) {
-            sqlite3_close(db_);
-            throw;
-        }
-    }
+    db_ = mode == Mode::Read ? open_index(path, SQLITE_OPEN_READONLY, nullptr, "experiment index")
+                             : open_index(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                                          kIndexSchema, "experiment index");
 }
 
 ExperimentIndex::~ExperimentIndex() { sqlite3_close(db_); }
@@ -122,18 +130,7 @@ std::optional<std::string> ExperimentIndex::first_bench_output() {
 
 FarmIndex::FarmIndex(const std::filesystem::path& path) : path_(path) {
     for (const char* suffix : {"", "-journal", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix);
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr) !=
-        SQLITE_OK) {
-        std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
-        sqlite3_close(db_);
-        throw Error("cannot create " + path.string() + ": " + msg);
-    }
-    try {
-        exec_or_throw(db_, kFarmSchema, path);
-    } catch (...) {
-        sqlite3_close(db_);
-        throw;
-    }
+    db_ = open_index(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, kFarmSchema, "farm index");
 }
 
 FarmIndex::~FarmIndex() { sqlite3_close(db_); }

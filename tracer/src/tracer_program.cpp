@@ -37,7 +37,7 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
 TracerProgram::TracerProgram(const RecordOptions& opts, pid_t target, bool launched, bool has_gate,
                              store::TraceTables& tables)
     : opts_(opts), launched_(launched), tables_(tables) {
-    open_counters(tables);
+    open_counters();
     libbpf_set_print(libbpf_print);
     skel_ = tracer_bpf__open();
     if (!skel_) throw_errno("opening the BPF object");
@@ -55,7 +55,7 @@ TracerProgram::TracerProgram(const RecordOptions& opts, pid_t target, bool launc
     bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
     bpf_map__set_max_entries(skel_->maps.events, opts.buffer_kb << 10);
     skel_->rodata->wakeup_bytes = (opts.buffer_kb << 10) / 8;
-    read_knobs(has_gate, tables);
+    read_knobs(has_gate);
 }
 
 TracerProgram::~TracerProgram() {
@@ -63,7 +63,7 @@ TracerProgram::~TracerProgram() {
     tracer_bpf__destroy(skel_);
 }
 
-void TracerProgram::open_counters(store::TraceTables& tables) {
+void TracerProgram::open_counters() {
     if (opts_.level != TraceLevel::Full && opts_.counters.empty()) return;
     std::string list = opts_.counters.empty() ? kDefaultCounters : opts_.counters;
     n_cpus_ = libbpf_num_possible_cpus();
@@ -71,7 +71,7 @@ void TracerProgram::open_counters(store::TraceTables& tables) {
     int idx = 0;
     std::string unavailable;
     for (const auto& c : counters_->specs()) {
-        tables.add(store::CounterRow{c.available ? int64_t{idx++} : int64_t{-1 - int64_t(&c - counters_->specs().data())},
+        tables_.add(store::CounterRow{c.available ? int64_t{idx++} : int64_t{-1 - int64_t(&c - counters_->specs().data())},
                                      c.name, int64_t{c.perf_type}, int64_t(c.config), c.available, c.reason});
         if (!c.available) unavailable += (unavailable.empty() ? "" : ", ") + c.name + " (" + c.reason + ")";
     }
@@ -79,7 +79,7 @@ void TracerProgram::open_counters(store::TraceTables& tables) {
 }
 
 // The environment knobs of tests and cost measurements (docs/recording.md).
-void TracerProgram::read_knobs(bool has_gate, store::TraceTables& tables) {
+void TracerProgram::read_knobs(bool has_gate) {
     // Threads with a node under way at once (slots are freed when a thread exits): four
     // per CPU is more than ggml starts; fewer buckets make the graph-exit flush cheaper.
     const char* slots = std::getenv("PROFINFER_THREAD_SLOTS");
@@ -100,7 +100,7 @@ void TracerProgram::read_knobs(bool has_gate, store::TraceTables& tables) {
             alternating_gate_ = std::make_unique<AlternatingGate>(w);
         else
             skel_->rodata->alternate_calls = uint32_t(w);
-        tables.set_meta(store::MetaKey::AlternateCalls, a);
+        tables_.set_meta(store::MetaKey::AlternateCalls, a);
     }
     // The overhead study's ablations (experiments/specs/overhead.toml: tracers op-trap, op-nosend): the
     // operator probes trap and return, or do everything but send. Not a trace.
@@ -108,7 +108,7 @@ void TracerProgram::read_knobs(bool has_gate, store::TraceTables& tables) {
         const std::string a = ablate;
         if (a != "trap" && a != "send") throw Error("PROFINFER_ABLATE must be trap or send, not '" + a + "'");
         skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : PI_ABLATE_SEND;
-        tables.set_meta(store::MetaKey::Ablate, a);
+        tables_.set_meta(store::MetaKey::Ablate, a);
         if (!opts_.quiet)
             std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": operator records are "
                       << (a == "trap" ? "not made" : "not sent") << " (a cost measurement, not a trace)\n";

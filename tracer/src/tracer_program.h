@@ -63,8 +63,8 @@ public:
     void set_target_chosen();
 
 private:
-    void open_counters(store::TraceTables& tables);
-    void read_knobs(bool has_gate, store::TraceTables& tables);
+    void open_counters();
+    void read_knobs(bool has_gate);
     void open_wait_sampler();
 
     const RecordOptions& opts_;

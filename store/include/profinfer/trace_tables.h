@@ -119,7 +119,6 @@ public:
     // Rows go in transactions: begin() opens one if none is open, commit() ends it.
     void begin();
     void commit();
-    bool in_transaction() const { return in_tx_; }
 
     int64_t add(const TokenRow& r);  // its id
     void add_ops_untraced(int64_t token_id);
