@@ -111,14 +111,17 @@ TEST(RecordOps, LlamaSimpleGraphsThreadsAndFusedKernels) {
     // Per thread, node time covers the graph (at --level op wait is not split off).
     EXPECT_EQ(db.scalar("SELECT count(*) FROM ops WHERE compute_end_ns != end_ns OR start_ns > end_ns"), 0);
     // Per thread, operator time plus wait time is the graph's time but for the graph's fixed
-    // start-up (waking the threads): never more; on a ~1 ms tiny graph 95-98 % on average on
-    // a quiet machine, bounded at 80 % here to hold on a loaded one (a full-size 1B decode
-    // graph: 99.8 %).
+    // start-up (waking the threads) and the time the thread was off its CPU: never more. On
+    // a ~1 ms tiny graph 95-98 % on a quiet machine (a full-size 1B decode graph: 99.8 %);
+    // a thread preempted for a few hundred µs of such a graph covers far less of it, so
+    // the bound is on the median over (graph, thread), which a minority of preempted
+    // graphs does not move: a missing share of the nodes would move it in every graph.
     const std::string coverage = "(SELECT g.seq, o.ith, 1.0 * sum(o.end_ns - o.start_ns) / (g.end_ns - g.start_ns) AS c "
                                  "FROM ops o JOIN graphs g ON g.seq = o.graph_seq GROUP BY g.seq, o.ith)";
     EXPECT_EQ(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c > 1.0"), 0);
-    EXPECT_EQ(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c < 0.4"), 0);
-    EXPECT_GE(db.scalar("SELECT CAST(1000 * avg(c) AS INTEGER) FROM " + coverage), 800);
+    const int64_t pairs = db.scalar("SELECT count(*) FROM " + coverage);
+    EXPECT_EQ(pairs, 16 * db.scalar("SELECT max(nth) FROM ops"));  // every thread in every graph
+    EXPECT_GT(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c >= 0.8"), pairs / 2);
 }
 
 // MoE: the expert ids recorded at MUL_MAT_ID are the ones llama.cpp's router chose.
