@@ -40,6 +40,12 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "scheduler rows whose other side --sched-peers left out (tgid and tid -1; with none, comm empty)"},
         {K::Consumer, "consumer", "the ring-buffer consumer: normal, or idle (scheduled only when the CPU is free)"},
         {K::ConsumerBoosts, "consumer_boosts", "times the idle consumer was raised to drain a filling buffer"},
+        {K::RecorderCpuMs, "recorder_cpu_ms",
+         "CPU time of profinfer's own threads while the target ran traced (user + system, ms): the consumer's share "
+         "of the cost, outside the probes"},
+        {K::RecorderWakeups, "recorder_wakeups",
+         "context switches of profinfer's own threads over that time: each one a wake-up that may take a CPU from the "
+         "target"},
         {K::AlternateCalls, "alternate_calls", "PROFINFER_ALTERNATE: operator probes on and off every N calls"},
         {K::Ablate, "ablate", "PROFINFER_ABLATE: trap or send (probes that do only part of their work)"},
         {K::MemoryLimitBytes, "memory_limit_bytes", "--memory-limit: the target's cgroup memory.max"},

@@ -65,7 +65,7 @@ CREATE TABLE ops (
   -- counter deltas (see counters) while this thread ran the node, on whichever CPUs; NULL if unknown
   c0 INTEGER, c1 INTEGER, c2 INTEGER, c3 INTEGER, c4 INTEGER, c5 INTEGER
 );
-CREATE INDEX ops_graph ON ops(graph_seq, tensor);
+-- ops_graph (graph_seq, tensor): store/src/indexes.sql, built when the recording ends.
 -- --wait sampled (--level full): the CPU-clock samples that found a thread in its part of
 -- a node, and how many of them were in barrier code; a row only where there were samples.
 CREATE TABLE op_samples (
@@ -113,7 +113,7 @@ CREATE TABLE graph_nodes (
   tensor    INTEGER NOT NULL,
   def_id    INTEGER NOT NULL REFERENCES node_defs(id)
 );
-CREATE INDEX graph_nodes_graph ON graph_nodes(graph_seq, tensor);
+-- graph_nodes_graph (graph_seq, tensor): store/src/indexes.sql, built when the recording ends.
 -- Expert ids used by MUL_MAT_ID nodes: one row per token of the batch and slot (0..k-1).
 CREATE TABLE experts (
   graph_seq INTEGER NOT NULL,

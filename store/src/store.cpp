@@ -19,6 +19,9 @@ namespace {
 const char kSchema[] =
 #include "schema.sql.inc"
     ;
+const char kIndexes[] =
+#include "indexes.sql.inc"
+    ;
 const char kDerivedNodes[] =
 #include "derived_nodes.sql.inc"
     ;
@@ -26,6 +29,8 @@ const char kDerivedViews[] =
 #include "derived.sql.inc"
     ;
 }
+
+void build_indexes(sqlite3* db) noexcept { sqlite3_exec(db, kIndexes, nullptr, nullptr, nullptr); }
 
 std::string counter_columns(const std::string& prefix) {
     std::string cols;
@@ -211,7 +216,10 @@ void Database::initialise(Mode mode) {
 Database::~Database() {
     // A finished trace is one self-contained file: readers then leave no -wal or -shm beside
     // it and can read it where they cannot write.
-    if (writer_) sqlite3_exec(db_, "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr);
+    if (writer_) {
+        build_indexes(db_);
+        sqlite3_exec(db_, "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr);
+    }
     sqlite3_close(db_);
 }
 

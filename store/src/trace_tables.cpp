@@ -19,6 +19,10 @@ namespace {
 // Rows of one table inserted N at a time: per-statement work (VDBE setup, cursors, the
 // transaction check) is paid once per N rows. One statement per row count, prepared when
 // first needed.
+constexpr const char* kOpsHead =
+    "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
+    "fused_tensor, barriers";
+
 class MultiRowInsert {
 public:
     MultiRowInsert(sqlite3* db, std::string head, int columns)
@@ -79,14 +83,14 @@ struct TraceTables::Statements {
           counter(db, "INSERT INTO counters(idx, name, perf_type, config, available, reason) VALUES (?,?,?,?,?,?)"),
           qos(db, "INSERT INTO qos_events(ts_ns, action, tokens_per_s, start_ns) VALUES (?, ?, ?, ?)"),
           lost(db, "INSERT OR REPLACE INTO lost_events(kind, count) VALUES (?, ?)"),
-          ops(db,
-              "INSERT INTO ops(graph_seq, tid, ith, nth, start_cpu, end_cpu, start_ns, compute_end_ns, end_ns, tensor, "
-              "fused_tensor, barriers, " + counter_columns() + ")",
-              12 + kCounterSlots),
+          ops(db, std::string(kOpsHead) + ", " + counter_columns() + ")", 12 + kCounterSlots),
+          ops_bare(db, std::string(kOpsHead) + ")", 12),
           graph_nodes(db, "INSERT INTO graph_nodes(graph_seq, tensor, def_id)", 3) {}
     Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake, probe, library, counter, qos,
         lost;
-    MultiRowInsert ops, graph_nodes;
+    // Rows with counters, and rows without (--level op: the counter columns stay NULL,
+    // 6 binds a row fewer).
+    MultiRowInsert ops, ops_bare, graph_nodes;
 };
 
 TraceTables::TraceTables(Database& db) : db_(db), st_(std::make_unique<Statements>(db.handle())) {}
@@ -118,16 +122,21 @@ void TraceTables::add(const GraphRow& r) {
 }
 
 int64_t TraceTables::add_ops(const OpRow* rows, size_t n) {
-    auto& s = st_->ops.rows(n);
+    bool counters = false;
+    for (size_t i = 0; i < n && !counters; ++i)
+        for (const auto& c : rows[i].counters) counters |= c.has_value();
+    auto& insert = counters ? st_->ops : st_->ops_bare;
+    auto& s = insert.rows(n);
     for (size_t i = 0; i < n; ++i) {
         const OpRow& o = rows[i];
-        const int b = int(i) * st_->ops.columns();
+        const int b = int(i) * insert.columns();
         s.bind(b + 1, o.graph_seq).bind(b + 2, o.tid).bind(b + 3, o.ith).bind(b + 4, o.nth);
         s.bind(b + 5, o.start_cpu).bind(b + 6, o.end_cpu);
         s.bind(b + 7, o.start_ns).bind(b + 8, o.compute_end_ns).bind(b + 9, o.end_ns).bind(b + 10, o.tensor);
         bind_optional(s, b + 11, o.fused_tensor);
         s.bind(b + 12, o.barriers);
-        for (int c = 0; c < kCounterSlots; ++c) bind_optional(s, b + 13 + c, o.counters[c]);
+        if (counters)
+            for (int c = 0; c < kCounterSlots; ++c) bind_optional(s, b + 13 + c, o.counters[c]);
     }
     s.run();
     // One statement's rows get consecutive rowids, the last one's reported.
@@ -234,6 +243,7 @@ void mark_recorder_died(const std::filesystem::path& trace) noexcept try {
                                 "' AND value = 'running';"
                                 "COMMIT;";
         sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+        build_indexes(db);
     }
     sqlite3_close(db);
 } catch (...) {

@@ -92,6 +92,32 @@ TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
     }
 }
 
+// A recording of a target that does nothing takes nothing from it: the recorder's threads
+// sleep until the kernel side has something for them (a loader stop, an eighth of the
+// buffer, the first record after a second without a wake-up) or a process ends — never on
+// a timer (its keeper woke 50 times a second and its loop 20 before: >= 210 wake-ups in
+// these 3 s). Three seconds of a loaded model waiting, as a server between requests; then
+// 4 calls, which still all arrive. The bound counts wake-ups the program's loader stops
+// and its 4 calls cause, not anything of this machine.
+TEST(RecordLimits, AnIdleTargetDoesNotWakeTheRecorder) {
+    PROFINFER_REQUIRE_BPF();
+    for (const char* consumer : {"idle", "normal"}) {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--consumer", consumer},
+                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "4", "2", "--idle-ms", "3000"});
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        auto meta = db.meta();
+        const int64_t wakeups = meta.integer(store::MetaKey::RecorderWakeups);
+        EXPECT_LT(wakeups, 40) << consumer;
+        EXPECT_GE(wakeups, 1) << consumer;  // the loader stops at least
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM calls"), 4) << consumer;
+        EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0) << consumer;
+        RecordProperty(std::string(consumer) + "_wakeups", std::to_string(wakeups));
+        RecordProperty(std::string(consumer) + "_cpu_ms", meta[store::MetaKey::RecorderCpuMs]);
+    }
+}
+
 // A 4 KiB ring buffer loses records, and every one is counted: recorded + lost equals
 // what a lossless recording of the same deterministic run holds.
 TEST(RecordLimits, TinyBufferLossesAreCountedExactly) {

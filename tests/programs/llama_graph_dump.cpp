@@ -3,12 +3,14 @@
 // independent of profinfer's probes. For MUL_MAT_ID nodes it adds the expert ids the
 // router chose (src[2], i32 [n_expert_used, n_tokens]).
 //
-//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model | --no-callback]
+//   llama_graph_dump MODEL PROMPT N_PREDICT [THREADS] [--page-out-model | --no-callback | --idle-ms MS]
 // Output lines: {"call":K,"name":...,"op":...,"src":[...],"ne":[...],"ids":[[...],...]}
 // where call K is the K-th llama_decode (0 = the prompt).
 // --no-callback: no eval callback, so llama.cpp computes each call's graph whole, as it
 // does for users (the callback makes it compute node by node); prints {"call":K} after
 // each call instead.
+// --idle-ms MS: as --no-callback, after sleeping MS ms with the model loaded and the
+// context made (a server between requests): what a recording costs while nothing runs.
 // --page-out-model: prints the model pages resident (mincore) after the page-out and at
 // the end on stderr. After loading, reclaim the model file's pages (MADV_PAGEOUT), as
 // memory pressure would, without read-ahead, so that the operators fault the weights back
@@ -132,7 +134,8 @@ int main(int argc, char** argv) {
     const int n_predict = std::atoi(argv[3]);
     const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
     const bool page_out_model = argc > 5 && std::strcmp(argv[5], "--page-out-model") == 0;
-    const bool callback = !(argc > 5 && std::strcmp(argv[5], "--no-callback") == 0);
+    const int idle_ms = argc > 6 && std::strcmp(argv[5], "--idle-ms") == 0 ? std::atoi(argv[6]) : 0;
+    const bool callback = !(argc > 5 && std::strcmp(argv[5], "--no-callback") == 0) && idle_ms == 0;
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
 #ifdef GGML_BACKEND_DIR
     ggml_backend_load_all_from_path(GGML_BACKEND_DIR);
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
         if (!realpath(argv[1], real) || page_out(real) == 0) return std::fprintf(stderr, "cannot page out %s\n", argv[1]), 1;
         resident_after_page_out = resident_pages(real);
     }
+    if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
     llama_batch batch = llama_batch_get_one(tokens.data(), n);
     llama_token next;
     for (g_call = 0; g_call < n_predict; ++g_call) {

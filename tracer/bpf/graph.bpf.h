@@ -158,8 +158,7 @@ static __always_inline void flush_ops(struct thread_state *st)
 	fill_header_for(&ev->h, PI_EV_OP, sizeof(*ev), st->tgid, st->tid);
 	ev->n = n > PI_OP_BATCH ? PI_OP_BATCH : n;
 	ev->reserved = 0;
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), wake_flags()))
 		__sync_fetch_and_add(&lost_events[PI_EV_OP], n);
 }
 

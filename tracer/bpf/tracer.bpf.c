@@ -125,14 +125,30 @@ static __always_inline void fill_header(struct pi_event_header *h, __u32 kind, _
 
 /* Waking the consumer for every record would preempt the inference threads (on a small
  * board every core runs one) and stall the others at the next barrier: records are
- * handed over silently, the consumer polls on a timer, and is woken early only when
- * the buffer fills past wakeup_bytes. */
+ * handed over silently, and the consumer is woken only when the buffer fills past
+ * wakeup_bytes, or by the first record after wakeup_interval_ns without a wake-up (so
+ * that what is recorded reaches the database within about that long), or — with a gate
+ * that must see each decode call as it ends (--budget, --qos-min-tps) — by every token
+ * record. The consumer sleeps otherwise: no timer of its own. */
 const volatile __u64 wakeup_bytes = 1 << 20;
+const volatile __u64 wakeup_interval_ns = 1000000000;
+const volatile bool wake_on_token = false;
+__u64 last_wakeup_ns = 0;
+
+static __always_inline __u64 wake_flags(void)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 now = bpf_ktime_get_ns();
+	if (avail >= wakeup_bytes || now - last_wakeup_ns >= wakeup_interval_ns) {
+		last_wakeup_ns = now;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
 
 static __always_inline void submit(void *ev)
 {
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	bpf_ringbuf_submit(ev, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(ev, wake_flags());
 }
 
 static __always_inline void *reserve(__u32 kind, __u32 size)

@@ -1,21 +1,22 @@
 #include "consumer_priority.h"
 
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "epoll_set.h"
 #include "profinfer/error.h"
+#include "stop_signals.h"
 
 namespace profinfer {
 
 namespace {
-constexpr double kBoostAbove = 0.125;  // of the ring buffer
 constexpr double kIdleBelow = 0.02;
-constexpr auto kPeriod = std::chrono::milliseconds(20);
 }  // namespace
 
 ConsumerPriority::ConsumerPriority(Mode mode, int ringbuf_fd, size_t size, std::function<bool()> urgent)
-    : tid_(gettid()), size_(size), urgent_(std::move(urgent)) {
+    : tid_(gettid()), size_(size), urgent_(std::move(urgent)), ringbuf_fd_(ringbuf_fd) {
     if (mode == Mode::Normal) return;
     // The ring buffer's first page holds the consumer position, the second the producer's
     // (what libbpf maps to read it): read-only here.
@@ -28,27 +29,48 @@ ConsumerPriority::ConsumerPriority(Mode mode, int ringbuf_fd, size_t size, std::
         consumer_page_ = producer_page_ = nullptr;
         return;  // stays at normal priority: safe, only dearer for the target
     }
-    // The keeper lowers the recorder's thread itself (only it touches the policy until it
-    // is joined); it was created at normal priority, which it keeps.
+    stop_fd_ = eventfd(0, EFD_CLOEXEC);
+    if (stop_fd_ < 0) throw_errno("eventfd");
+    // The keeper first: a thread inherits its creator's policy, and the keeper must keep
+    // normal priority (created after the recorder's thread went idle, it was idle too, and
+    // woke 1.3 s late with the buffer full). Then the recorder's thread goes idle.
     keeper_ = std::thread([this] { keep(); });
+    go_idle();
 }
 
 ConsumerPriority::~ConsumerPriority() {
     stay_normal();
     if (consumer_page_) munmap(consumer_page_, page_);
     if (producer_page_) munmap(producer_page_, page_);
+    if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
 void ConsumerPriority::stay_normal() {
+    for_good_ = true;
     if (keeper_.joinable()) {
-        {
-            std::lock_guard lock(m_);
-            stop_ = true;
-        }
-        cv_.notify_all();
+        const uint64_t one = 1;
+        if (::write(stop_fd_, &one, sizeof one) != sizeof one) throw_errno("stopping the priority keeper");
         keeper_.join();
     }
-    if (idle_) set_idle(false);
+    if (idle_.exchange(false)) set_policy(false);
+}
+
+// No lock between the two threads: the recorder's thread takes itself to idle priority,
+// and a lock it held there would wait for a free CPU with the keeper blocked behind it
+// (measured: the keeper stalled 1.6 s, the buffer full, with a spinning process on every
+// CPU). The keeper flips idle_ to false before it raises the priority; the recorder's
+// thread reads it again after lowering its own, and raises it back if the keeper came in
+// between: whichever order the two run in, idle_ false means normal priority.
+void ConsumerPriority::settle() {
+    if (!keeper_.joinable() || idle_ || for_good_) return;
+    if (double(backlog()) / double(size_) >= kIdleBelow || urgent_()) return;
+    go_idle();
+}
+
+void ConsumerPriority::go_idle() {
+    idle_ = true;
+    if (!set_policy(true)) idle_ = false;
+    if (!idle_) set_policy(false);
 }
 
 uint64_t ConsumerPriority::backlog() const {
@@ -58,24 +80,25 @@ uint64_t ConsumerPriority::backlog() const {
     return prod > cons ? prod - cons : 0;
 }
 
-void ConsumerPriority::set_idle(bool idle) {
+bool ConsumerPriority::set_policy(bool idle) const {
     sched_param sp{};
     // Per thread: the target (a child forked earlier) and the keeper keep their own policy.
-    if (sched_setscheduler(tid_, idle ? SCHED_IDLE : SCHED_OTHER, &sp) == 0) idle_ = idle;
+    return sched_setscheduler(tid_, idle ? SCHED_IDLE : SCHED_OTHER, &sp) == 0;
 }
 
 void ConsumerPriority::keep() {
-    set_idle(true);
-    std::unique_lock lock(m_);
-    while (!cv_.wait_for(lock, kPeriod, [this] { return stop_; })) {
-        const double fill = double(backlog()) / double(size_);
-        const bool urgent = fill > kBoostAbove || urgent_();
-        if (idle_ && urgent) {
-            set_idle(false);
-            if (!idle_) ++boosts_;
-        } else if (!idle_ && !urgent && fill < kIdleBelow) {
-            set_idle(true);
-        }
+    // Edge-triggered: each wake-up of the ring buffer's readers once, however long the
+    // recorder's thread takes to drain it; each stop signal once.
+    EpollSet wake;
+    wake.add(ringbuf_fd_, EPOLLIN | EPOLLET);
+    if (stop_signals::fd() >= 0) wake.add(stop_signals::fd(), EPOLLIN | EPOLLET);
+    wake.add(stop_fd_);
+    for (;;) {
+        wake.wait();
+        if (for_good_) return;
+        const bool urgent = double(backlog()) >= kBoostAt * double(size_) || urgent_();
+        bool was_idle = true;
+        if (urgent && idle_.compare_exchange_strong(was_idle, false) && set_policy(false)) ++boosts_;
     }
 }
 

@@ -5,23 +5,28 @@
 // thread and stalls the others at the next barrier. At idle priority that work moves to
 // the moments the target leaves a CPU free, and to the end of the run.
 //
-// A keeper thread at normal priority (it wakes 50 times a second and reads two
-// counters) puts the recorder back at normal priority while something must not wait:
-// the ring buffer over an eighth full (so nothing is lost), the target held at a loader
-// stop, or a stop signal to handle; idle again once the buffer is nearly empty.
+// A keeper thread at normal priority puts the recorder back at normal priority while
+// something must not wait: the ring buffer over a sixteenth full (so nothing is lost), the
+// target held at a loader stop, or a stop signal to handle; the recorder goes idle again
+// itself once it has drained the buffer (settle()). The keeper sleeps until the kernel
+// side wakes the ring buffer's readers (at a sixteenth full, on a loader stop, at most once
+// a second while records flow) or a stop signal arrives: never on a timer, so an idle
+// recording takes no CPU from the target.
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 namespace profinfer {
 
 class ConsumerPriority {
 public:
+    // The share of the ring buffer waiting at which the kernel side wakes the readers
+    // (TracerProgram's wakeup_bytes) and the keeper raises the recorder: the rest of the
+    // buffer is the headroom for the time the raised recorder takes to get a CPU.
+    static constexpr double kBoostAt = 1.0 / 16;
     enum class Mode { Idle, Normal };
     // RINGBUF_FD: the ring buffer map, SIZE its data size in bytes. URGENT: true while the
     // recorder has something to do now (called from the keeper thread).
@@ -32,6 +37,9 @@ public:
 
     // Normal priority from now on (the end of the run: catch up at full speed).
     void stay_normal();
+    // Called by the recorder's thread after each drain: back to idle priority when the
+    // buffer is nearly empty and nothing is urgent.
+    void settle();
     // Times the keeper had to raise the recorder's priority.
     uint64_t boosts() const { return boosts_.load(); }
     // Bytes waiting in the ring buffer now.
@@ -39,7 +47,8 @@ public:
 
 private:
     void keep();
-    void set_idle(bool idle);
+    bool set_policy(bool idle) const;  // of the recorder's thread; false if refused
+    void go_idle();                    // from the recorder's thread
 
     const pid_t tid_;
     const size_t size_;
@@ -47,11 +56,11 @@ private:
     void* consumer_page_ = nullptr;
     void* producer_page_ = nullptr;
     size_t page_ = 0;
-    bool idle_ = false;
+    std::atomic<bool> idle_{false};
     std::atomic<uint64_t> boosts_{0};
-    std::mutex m_;
-    std::condition_variable cv_;
-    bool stop_ = false;
+    std::atomic<bool> for_good_{false};  // stay_normal() was called
+    int ringbuf_fd_ = -1;
+    int stop_fd_ = -1;       // an eventfd that ends the keeper
     std::thread keeper_;
 };
 

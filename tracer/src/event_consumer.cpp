@@ -32,7 +32,7 @@ int EventConsumer::handle(const void* data, size_t size) {
         writer_.write(data, size);
     } catch (const Error& e) {
         error_ = e.what();
-        return -1;  // stops ring_buffer__poll
+        return -1;  // stops ring_buffer__consume
     }
     if (gate_ && size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
         auto* t = static_cast<const pi_token_event*>(data);
@@ -58,18 +58,11 @@ void EventConsumer::raise_if_failed() {
     if (!error_.empty()) throw Error(error_);
 }
 
-void EventConsumer::poll(int timeout_ms) {
-    raise_if_failed();
-    int n = ring_buffer__poll(rb_, timeout_ms);
-    if (n == 0 && error_.empty()) n = ring_buffer__consume(rb_);  // records handed over without a wakeup
-    raise_if_failed();
-    if (n < 0 && n != -EINTR) throw Error(std::string("polling the ring buffer: ") + std::strerror(-n));
-}
-
 void EventConsumer::drain() {
     raise_if_failed();
-    ring_buffer__consume(rb_);
+    const int n = ring_buffer__consume(rb_);
     raise_if_failed();
+    if (n < 0 && n != -EINTR) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
 }
 
 bool EventConsumer::take_library_changed() {

@@ -1,8 +1,8 @@
 #pragma once
 // The ring buffer's reader: every record goes to the TraceWriter; loader stops and decode
 // speeds go to the operator gate (QoS or budget), if any. Its one failure — a record it
-// cannot store (a full disk, a layout that reads garbage) — comes out of poll() and drain()
-// as profinfer::Error; what happens to the target then is the recorder's decision.
+// cannot store (a full disk, a layout that reads garbage) — comes out of drain() as
+// profinfer::Error; what happens to the target then is the recorder's decision.
 #include <optional>
 
 #include "probe_attacher.h"
@@ -21,9 +21,8 @@ public:
     EventConsumer(const EventConsumer&) = delete;
     EventConsumer& operator=(const EventConsumer&) = delete;
 
-    // Stores what the kernel side handed over, waiting up to TIMEOUT_MS for it.
-    void poll(int timeout_ms);
-    // Stores what is left (the end of a run).
+    // Stores what the kernel side has handed over (with or without a wake-up), without
+    // waiting: the recorder sleeps on the ring buffer's descriptor (ringbuf_fd) itself.
     void drain();
     // A loader stop was reported since the last call (the target waits, stopped).
     bool take_library_changed();

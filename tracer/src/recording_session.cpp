@@ -3,14 +3,21 @@
 #include <bpf/libbpf.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <iostream>
+#include <utility>
+#include <vector>
 
+#include "epoll_set.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
+#include "profinfer/number_text.h"
 #include "stop_signals.h"
 #include "target.h"
 #include "tracer_bpf.skel.h"
@@ -79,7 +86,19 @@ void RecordingSession::start() {
 }
 
 int RecordingSession::run() {
+    // What profinfer's own threads cost while the target ran: CPU time and context
+    // switches (each a wake-up that may take a CPU from the target), all threads.
+    const auto usage = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        return u;
+    };
+    const auto ms = [](const timeval& t) { return double(t.tv_sec) * 1e3 + double(t.tv_usec) / 1e3; };
+    const rusage before = usage();
     int status = poll_until_exit();
+    const rusage after = usage();
+    own_cpu_ms_ = ms(after.ru_utime) + ms(after.ru_stime) - ms(before.ru_utime) - ms(before.ru_stime);
+    own_wakeups_ = after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw - before.ru_nivcsw;
     write_budget_meta();
     return finish(status);
 }
@@ -193,15 +212,61 @@ void RecordingSession::stop_recording(const std::string& why) {
     }
 }
 
-// Returns the target's exit status (launch) or -1 (attached process, or detached).
+namespace {
+
+// The processes whose end ends the recording (the target, the launched command), as pidfds
+// in the loop's epoll set: readable once the process has exited, and then left out (one of
+// the two may end long before the other).
+class ProcessEnds {
+public:
+    explicit ProcessEnds(EpollSet& set) : set_(set) {}
+    ~ProcessEnds() {
+        for (auto [pid, fd] : fds_)
+            if (fd >= 0) ::close(fd);
+    }
+    void watch(pid_t pid) {
+        for (auto [p, fd] : fds_)
+            if (p == pid) return;
+        const int fd = int(syscall(SYS_pidfd_open, pid, 0));
+        fds_.push_back({pid, fd});  // -1: gone already, which the loop's exit check sees
+        if (fd >= 0) set_.add(fd);
+    }
+    // True when one was dropped: the caller checks again before it sleeps.
+    bool drop_ended() {
+        bool dropped = false;
+        for (auto& [pid, fd] : fds_) {
+            pollfd p{fd, POLLIN, 0};
+            if (fd >= 0 && ::poll(&p, 1, 0) == 1) set_.remove(fd), ::close(fd), fd = -1, dropped = true;
+        }
+        return dropped;
+    }
+
+private:
+    EpollSet& set_;
+    std::vector<std::pair<pid_t, int>> fds_;
+};
+
+}  // namespace
+
+// Returns the target's exit status (launch) or -1 (attached process, or detached). Sleeps
+// between wake-ups of the ring buffer (the kernel side wakes it at a sixteenth full, on a
+// loader stop, at most once a second while records flow, and on every decode call when a
+// gate needs to see them), stop signals and the end of the target or the command: an
+// idle recording never wakes.
 int RecordingSession::poll_until_exit() {
     using clock = std::chrono::steady_clock;
     auto last_commit = clock::now();
     int forwarded = 0;  // stop signals seen when we forwarded the first
+    EpollSet wake;
+    wake.add(bpf_map__fd(p_.program.skel()->maps.events), EPOLLIN | EPOLLET);
+    if (stop_signals::fd() >= 0) wake.add(stop_signals::fd(), EPOLLIN | EPOLLET);
+    ProcessEnds ends(wake);
+    if (p_.child) ends.watch(p_.child->pid());
     for (;;) {
+        ends.watch(pid_);  // a follower adopted since
         if (recording_error_.empty()) {
             try {
-                consumer_->poll(50);
+                consumer_->drain();
                 // The stop count, not the record, says the target sits stopped: it moves
                 // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
                 // also when the record was lost.
@@ -213,6 +278,7 @@ int RecordingSession::poll_until_exit() {
                     p_.program.resume_if_held(pid_);
                 }
                 apply_gate();
+                if (priority_) priority_->settle();
                 if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
             } catch (const Error& e) {
                 // The target ended under our feet (attaching to what it just mapped): the
@@ -220,8 +286,6 @@ int RecordingSession::poll_until_exit() {
                 if (!ended(pid_) && !p_.child) throw;  // an attached process: released by the caller, which says why
                 if (!ended(pid_)) stop_recording(e.what());
             }
-        } else {
-            poll(nullptr, 0, 50);
         }
         if (int sig = stop_signals::last()) {
             if (!p_.child) {
@@ -247,6 +311,7 @@ int RecordingSession::poll_until_exit() {
         } else if (ended(pid_)) {
             return -1;
         }
+        if (!ends.drop_ended()) wake.wait();
     }
 }
 
@@ -258,6 +323,8 @@ int RecordingSession::finish(int status) {
         priority_->stay_normal();  // catch up at full speed
         set_meta(store::MetaKey::ConsumerBoosts, std::to_string(priority_->boosts()));
     }
+    set_meta(store::MetaKey::RecorderCpuMs, format_double(own_cpu_ms_, "%.1f"));
+    set_meta(store::MetaKey::RecorderWakeups, std::to_string(own_wakeups_));
     consumer_->drain();
     ended_ = true;
     writer_->begin();

@@ -76,6 +76,8 @@ private:
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;
+    double own_cpu_ms_ = 0;   // profinfer's threads while the target ran
+    int64_t own_wakeups_ = 0;
     bool left_running_ = false;  // a second stop signal: the launched command runs on untraced
 };
 

@@ -8,6 +8,10 @@ namespace profinfer::stop_signals {
 void install();
 int last();   // the last stop signal, 0 if none arrived
 int count();  // how many arrived
+// An eventfd that each stop signal writes to (after noting it): readable from the first
+// one on, so that a loop sleeping in epoll wakes for it instead of polling a flag on a
+// timer. Valid after install(); reading it is the caller's choice (level: stays readable).
+int fd();
 // The stop signal, if one arrived, as an error: used before the command starts.
 void throw_if_stopped(const char* when);
 

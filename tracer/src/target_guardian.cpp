@@ -47,6 +47,9 @@ struct Stops {
     unsigned char* base = nullptr;
     TargetGuardian::StopCounts at{};
     volatile uint64_t& at_offset(size_t o) const { return *reinterpret_cast<volatile uint64_t*>(base + o); }
+    bool held() const {
+        return base && __atomic_load_n(&at_offset(at.stops), __ATOMIC_ACQUIRE) != at_offset(at.resumes);
+    }
     // A loader stop of ours holds the target: resume it and say so.
     bool release(int target_fd, bool by_guardian) const {
         if (!base) return false;
@@ -69,10 +72,14 @@ struct Stops {
     int target_fd = -1;
     std::string cgroup;
     bool ours = false, started = false;
-    int stopped_polls = 0;  // consecutive polls that saw profinfer stopped with the target held
+    int stopped_polls = 0;  // consecutive polls that saw profinfer stopped
+    bool recorder_stopped = false;
     for (;;) {
         pollfd p[2] = {{sock, POLLIN, 0}, {recorder_fd, POLLIN, 0}};
-        if (poll(p, 2, stops.base ? 200 : -1) < 0) {
+        // While a loader stop of ours holds the target, or profinfer was stopped at the last
+        // look, five looks a second; otherwise one a second at the stop counts (a loader
+        // stop whose record was lost wakes no one else), and none before they are known.
+        if (poll(p, 2, !stops.base ? -1 : (stops.held() || recorder_stopped) ? 200 : 1000) < 0) {
             if (errno == EINTR) continue;
             break;
         }
@@ -110,8 +117,9 @@ struct Stops {
         if (p[1].revents & POLLIN) break;
         // profinfer stopped (^Z of `record --pid`, SIGSTOP, a debugger) must not freeze the
         // target at a loader stop for as long: after two polls the target goes on.
-        const char s = state_of(recorder);
-        stopped_polls = (s == 'T' || s == 't') ? stopped_polls + 1 : 0;
+        const char s = (stops.held() || recorder_stopped) ? state_of(recorder) : 0;
+        recorder_stopped = s == 'T' || s == 't';
+        stopped_polls = recorder_stopped ? stopped_polls + 1 : 0;
         if (stopped_polls >= 2 && stops.release(target_fd, true)) stopped_polls = 0;
     }
     // The recorder is dying: its files (the BPF links) are closed before it is reported gone.

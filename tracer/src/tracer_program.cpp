@@ -16,6 +16,7 @@
 #include <string>
 
 #include "alternating_gate.h"
+#include "consumer_priority.h"
 #include "kernel_btf.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
@@ -54,7 +55,8 @@ TracerProgram::TracerProgram(const RecordOptions& opts, pid_t target, bool launc
         skel_->rodata->counter_source[c] = counters_->active()[c]->source;
     bpf_map__set_max_entries(skel_->maps.counters, std::max<size_t>(1, n_active * std::max(n_cpus_, 1)));
     bpf_map__set_max_entries(skel_->maps.events, opts.buffer_kb << 10);
-    skel_->rodata->wakeup_bytes = (opts.buffer_kb << 10) / 8;
+    skel_->rodata->wakeup_bytes = uint64_t(double(opts.buffer_kb << 10) * ConsumerPriority::kBoostAt);
+    skel_->rodata->wake_on_token = has_gate;  // the gate sees each decode call as it ends
     read_knobs(has_gate);
 }
 
@@ -97,7 +99,7 @@ void TracerProgram::read_knobs(bool has_gate) {
         if (has_gate) throw Error("PROFINFER_ALTERNATE cannot be combined with --budget or --qos-min-tps");
         if (opts_.level < TraceLevel::Op) throw Error("PROFINFER_ALTERNATE needs --level op or full");
         if (detach)
-            alternating_gate_ = std::make_unique<AlternatingGate>(w);
+            alternating_gate_ = std::make_unique<AlternatingGate>(w), skel_->rodata->wake_on_token = true;
         else
             skel_->rodata->alternate_calls = uint32_t(w);
         tables_.set_meta(store::MetaKey::AlternateCalls, a);

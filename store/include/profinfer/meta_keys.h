@@ -21,7 +21,7 @@ enum class MetaKey {
     RecorderPid, RecorderStart,
     // how it recorded
     StructLayout, OpStrategy, WaitMethod, SampleHz, WaitRanges, SchedSwitchProgram, SchedPeers, SchedPeerIdsRemoved,
-    Consumer, ConsumerBoosts, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
+    Consumer, ConsumerBoosts, RecorderCpuMs, RecorderWakeups, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
     // --qos-min-tps and --budget
     QosMinTps, BudgetPct, BudgetCostPct, BudgetSwitchCostPct, BudgetGapCalls, BudgetWindowCostCalls,
     BudgetTracesEveryCall,

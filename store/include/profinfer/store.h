@@ -31,6 +31,9 @@ constexpr int kOldestReadableSchema = 2;
 constexpr int kCounterSlots = 6;
 // "PREFIXc0, PREFIXc1, ...": the counter columns, for SQL that reads or writes them all.
 std::string counter_columns(const std::string& prefix = "");
+// The readers' indexes (store/src/indexes.sql), built when a recording ends — by the
+// writer's Database as it closes, or for a recorder that died — not row by row.
+void build_indexes(sqlite3* db) noexcept;
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
 constexpr int kEventsVersion = 6;
