@@ -5,7 +5,9 @@
 # slowdown against the untraced runs of the same rounds. For a change to the recorder: the
 # before and after of docs/recording.md's "What a recording costs the target".
 #   experiments/compare_builds.sh OLD_PROFINFER NEW_PROFINFER [ROUNDS] [LEVELS] [THREADS]
-# Environment: TOKENS (64 generated per repetition, 2 repetitions), MODEL (llama3.2-1b q4_0),
+# Environment: TOKENS (64 generated per repetition), REPS (2), MODEL (llama3.2-1b q4_0),
+# BENCH_ARGS (more llama-bench options: `-mmp 0` loads the weights into anonymous memory,
+# which a host's proactive reclaim of cold file pages — DAMON pageout — cannot take away),
 # OUT (a CSV of every run, default /tmp/compare-builds.csv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,7 @@ ROUNDS=${3:-12}
 LEVELS=${4:-token graph op full}
 THREADS=${5:-2}
 TOKENS=${TOKENS:-64}
+REPS=${REPS:-2}
 OUT=${OUT:-/tmp/compare-builds.csv}
 MODEL=${MODEL:-$("$NEW" model path --card llama3.2-1b --type q4_0)}
 [[ -f $MODEL ]] || "$NEW" model synth --card llama3.2-1b --type q4_0 -o "$MODEL" >/dev/null
@@ -32,8 +35,8 @@ for r in $(seq 1 "$ROUNDS"); do
       old-*) pre=("$OLD" record -q --level "${c#old-}" -o "$tmp/run.db" --) ;;
       new-*) pre=("$NEW" record -q --level "${c#new-}" -o "$tmp/run.db" --) ;;
     esac
-    /usr/bin/time -f "%U,%S,%e" -o "$tmp/time" "${pre[@]}" "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r 2 \
-      -o csv > "$tmp/bench.csv" 2>/dev/null
+    /usr/bin/time -f "%U,%S,%e" -o "$tmp/time" "${pre[@]}" "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r "$REPS" \
+      ${BENCH_ARGS:-} -o csv > "$tmp/bench.csv" 2>/dev/null
     tps=$(python3 -c "import csv,sys; print(next(csv.DictReader(open(sys.argv[1])))['avg_ts'])" "$tmp/bench.csv")
     own=","
     if [[ -f $tmp/run.db ]]; then

@@ -132,6 +132,10 @@ static __always_inline void fill_header(struct pi_event_header *h, __u32 kind, _
  * record. The consumer sleeps otherwise: no timer of its own. */
 const volatile __u64 wakeup_bytes = 1 << 20;
 const volatile __u64 wakeup_interval_ns = 1000000000;
+/* Past wakeup_bytes, one wake-up per wakeup_gap_ns at most: until the woken recorder has
+ * drained the buffer, every record is past it, and a wake-up per record kept the keeper
+ * looping through them (dozens within 3 ms, measured). */
+const volatile __u64 wakeup_gap_ns = 1000000;
 const volatile bool wake_on_token = false;
 __u64 last_wakeup_ns = 0;
 
@@ -139,7 +143,8 @@ static __always_inline __u64 wake_flags(void)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 now = bpf_ktime_get_ns();
-	if (avail >= wakeup_bytes || now - last_wakeup_ns >= wakeup_interval_ns) {
+	__u64 since = now - last_wakeup_ns;
+	if (avail >= wakeup_bytes ? since >= wakeup_gap_ns : since >= wakeup_interval_ns) {
 		last_wakeup_ns = now;
 		return BPF_RB_FORCE_WAKEUP;
 	}
