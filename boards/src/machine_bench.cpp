@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -225,7 +228,39 @@ std::string cpu_model() {
     return "unknown";
 }
 
+std::string first_line(const std::filesystem::path& file) {
+    std::ifstream f(file);
+    std::string line;
+    std::getline(f, line);
+    return line;
+}
+
 }  // namespace
+
+// The kernel's proactive reclaim, if on: DAMON schemes that page out memory idle for a while
+// (a VM host's way to take memory back). It takes mmapped model pages away between runs,
+// which then fault back in from disk: runs of one configuration vary for it.
+std::string proactive_reclaim(const std::filesystem::path& root) {
+    namespace fs = std::filesystem;
+    const fs::path kdamonds = root / "sys/kernel/mm/damon/admin/kdamonds";
+    std::error_code ec;
+    std::string found;
+    for (const auto& k : fs::directory_iterator(kdamonds, ec)) {
+        if (first_line(k.path() / "state") != "on") continue;
+        for (const auto& c : fs::directory_iterator(k.path() / "contexts", ec)) {
+            const double aggr_s = std::atof(first_line(c.path() / "monitoring_attrs/intervals/aggr_us").c_str()) / 1e6;
+            for (const auto& sc : fs::directory_iterator(c.path() / "schemes", ec)) {
+                if (first_line(sc.path() / "action") != "pageout") continue;
+                const double age = std::atof(first_line(sc.path() / "access_pattern/age/min").c_str()) * aggr_s;
+                char text[160];
+                std::snprintf(text, sizeof text, "DAMON pageout (%s) of memory idle for %.0f s or more",
+                              first_line(c.path() / "operations").c_str(), age);
+                found += (found.empty() ? "" : "; ") + std::string(text);
+            }
+        }
+    }
+    return found;
+}
 
 MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick) {
     MachineBench m;
@@ -233,6 +268,7 @@ MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick
     gethostname(host, sizeof host - 1);
     m.host = host;
     m.cpu = cpu_model();
+    m.reclaim = proactive_reclaim("/");
     const auto kinds = compute_roofs();
     for (const auto& k : kinds) m.isa += (m.isa.empty() ? "" : ", ") + std::string(k.kind) + ": " + k.isa;
     for (int t : thread_counts) {
@@ -259,6 +295,7 @@ const MachineRoof& MachineBench::at(int threads) const {
 
 nlohmann::json MachineBench::to_json() const {
     nlohmann::json j = {{"format", 2}, {"host", host}, {"cpu", cpu}, {"isa", isa}, {"roofs", nlohmann::json::array()}};
+    if (!reclaim.empty()) j["reclaim"] = reclaim;
     for (const auto& r : roofs)
         j["roofs"].push_back({{"threads", r.threads}, {"triad_gbs", r.triad_gbs}, {"peak_gflops_f32", r.peak_gflops},
                               {"peak_gops", r.peak_gops}});
@@ -270,6 +307,7 @@ MachineBench MachineBench::from_json(const nlohmann::json& j) {
     m.host = j.value("host", "");
     m.cpu = j.value("cpu", "");
     m.isa = j.value("isa", "");
+    m.reclaim = j.value("reclaim", "");
     for (const auto& r : j.at("roofs")) {
         MachineRoof roof{r.at("threads"), r.at("triad_gbs"), r.at("peak_gflops_f32"), {}};
         if (r.contains("peak_gops")) roof.peak_gops = r.at("peak_gops").get<std::map<std::string, double>>();  // format 2

@@ -86,6 +86,10 @@ fs::path write_results_readme(const fs::path& dir) {
                    << num(r.value("peak_gflops_f32", nlohmann::json())) << " GFLOP/s at " << r.value("threads", 0)
                    << (r.value("threads", 0) == 1 ? " thread;" : " threads;");
             md << " isa: " << j.value("isa", std::string("?")) << ".\n\n";
+            if (const std::string r = j.value("reclaim", std::string()); !r.empty())
+                md << "This machine's kernel reclaims memory on its own: " << r
+                   << ". Mmapped model pages it takes away between runs are read back from disk, so runs of one "
+                      "configuration vary for it (docs/recording.md).\n\n";
         }
     }
     // How long the run took: reproduce.json, written by Makefile.reproduce at its end.

@@ -22,8 +22,12 @@ struct MachineRoof {
     double peak_for(const std::string& kind) const;
 };
 
+// Proactive reclaim the kernel runs (DAMON pageout schemes under ROOT), as one line; "" if none.
+std::string proactive_reclaim(const std::filesystem::path& root);
+
 struct MachineBench {
     std::string host, cpu, isa;
+    std::string reclaim;  // proactive_reclaim() when measured
     std::vector<MachineRoof> roofs;
 
     static MachineBench run(const std::vector<int>& thread_counts, bool quick);

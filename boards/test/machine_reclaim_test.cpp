@@ -1,0 +1,57 @@
+// The kernel's proactive reclaim, read from a DAMON sysfs tree (written here): a pageout
+// scheme on a running kdamond is reported with its idle age; anything else is not.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "profinfer/machine_bench.h"
+#include "test_support.h"
+
+using namespace profinfer;
+using profinfer::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+void put(const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+}
+
+// A kdamond like this machine's: paddr, 5 s aggregation, pageout of regions idle 12 intervals.
+fs::path kdamond(const fs::path& root, const std::string& state, const std::string& action) {
+    const fs::path k = root / "sys/kernel/mm/damon/admin/kdamonds/0";
+    put(k / "state", state);
+    put(k / "contexts/0/operations", "paddr");
+    put(k / "contexts/0/monitoring_attrs/intervals/aggr_us", "5000000");
+    put(k / "contexts/0/schemes/0/action", action);
+    put(k / "contexts/0/schemes/0/access_pattern/age/min", "12");
+    return k;
+}
+
+}  // namespace
+
+TEST(MachineReclaim, APageoutSchemeIsReportedWithItsIdleAge) {
+    TempDir d;
+    kdamond(d.path(), "on", "pageout");
+    EXPECT_EQ(proactive_reclaim(d.path()), "DAMON pageout (paddr) of memory idle for 60 s or more");
+}
+
+TEST(MachineReclaim, NoneWhenOffOtherActionsOrNoDamon) {
+    TempDir off, other, none;
+    kdamond(off.path(), "off", "pageout");
+    kdamond(other.path(), "on", "stat");
+    EXPECT_EQ(proactive_reclaim(off.path()), "");
+    EXPECT_EQ(proactive_reclaim(other.path()), "");
+    EXPECT_EQ(proactive_reclaim(none.path()), "");
+}
+
+TEST(MachineReclaim, TheMachineFileKeepsIt) {
+    MachineBench m;
+    m.cpu = "c";
+    m.roofs.push_back({1, 10, 20, {}});
+    m.reclaim = "DAMON pageout (paddr) of memory idle for 60 s or more";
+    EXPECT_EQ(MachineBench::from_json(m.to_json()).reclaim, m.reclaim);
+    m.reclaim.clear();
+    EXPECT_FALSE(m.to_json().contains("reclaim"));
+}
