@@ -303,6 +303,7 @@ std::vector<std::string> point_command(const SweepPoint& p, const fs::path& mode
     // offload off (the prompt's MatMuls stay where their weights are).
     if (p.at("ot") != "none") argv.insert(argv.end(), {"-ot", p.at("ot")});
     if (p.at("nopo") != "0") argv.insert(argv.end(), {"-nopo", p.at("nopo")});
+    if (p.at("mmap") == "off") argv.insert(argv.end(), {"-mmp", "0"});
     return argv;
 }
 

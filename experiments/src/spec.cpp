@@ -21,7 +21,7 @@ const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
     {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"},   {"program", "llama-bench"},
-    {"tracer", "level"},      {"routing", "zipf:1"}, {"vkperf", "off"}};
+    {"tracer", "level"},      {"routing", "zipf:1"}, {"vkperf", "off"}, {"mmap", "on"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
@@ -29,7 +29,7 @@ bool left_out_of_key(const std::string& name, const std::string& value) {
     return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
            (name == "mem" && value == "none") || (name == "program" && value == "llama-bench") ||
            (name == "tracer" && value == "level") || (name == "routing" && value == "zipf:1") ||
-           (name == "vkperf" && value == "off");
+           (name == "vkperf" && value == "off") || (name == "mmap" && value == "on");
 }
 
 std::string as_text(const toml::node& n) {
@@ -65,6 +65,9 @@ void check_value(const std::string& name, const std::string& v, const std::strin
         throw Error(where + ": program is llama-bench, evalcb or ort, not '" + v + "'");
     if (name == "tracer" && !known_tracer(v))
         throw Error(where + ": tracer '" + v + "' is not one profinfer knows (docs/experiments.md lists them)");
+    if (name == "mmap" && v != "on" && v != "off")
+        throw Error(where + ": mmap is on (llama-bench maps the model file) or off (`-mmp 0`: the weights read into "
+                            "memory that page reclaim cannot take between runs), not '" + v + "'");
     if (name == "vkperf" && v != "on" && v != "off")
         throw Error(where + ": vkperf is on (ggml-vulkan's GGML_VK_PERF_LOGGER: device time per operator) or off, not '" + v + "'");
     if (name == "routing") {

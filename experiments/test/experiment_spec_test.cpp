@@ -1,6 +1,7 @@
 // Experiment specs: parsing, sweep expansion, quick overrides, errors; the dry run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -47,8 +48,8 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
         ids.insert(p.id());
         EXPECT_EQ(p.at("fa"), "off");
         EXPECT_EQ(p.at("backend"), "cpu");  // not swept: the default
-        EXPECT_EQ(p.params.size(), 18u);
-        for (const char* later : {"hog", "ot=", "nopo", "mem", "program", "tracer", "routing", "vkperf"})  // at their defaults, left out of the identity
+        EXPECT_EQ(p.params.size(), 19u);
+        for (const char* later : {"hog", "ot=", "nopo", "mem", "program", "tracer", "routing", "vkperf", "mmap"})  // at their defaults, left out of the identity
             EXPECT_EQ(p.key().find(later), std::string::npos) << later;
     }
     EXPECT_EQ(keys.size(), 6u);
@@ -58,6 +59,33 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
     for (const auto& p : quick) EXPECT_EQ(p.at("threads"), "2");
     // A point's identity does not depend on the order it was listed in.
     EXPECT_EQ(full[0].id(), ExperimentSpec::load(write_spec(d, kSpec)).points(false)[0].id());
+}
+
+// mmap off: llama-bench reads the weights into memory (`-mmp 0`); on, the default, it maps
+// the file and the point keeps the identity it had before the parameter existed.
+TEST(ExperimentSpec, MmapOffReadsTheWeightsIn) {
+    TempDir d;
+    std::string spec = kSpec;
+    spec.replace(spec.find("threads = [1, 2, 4]"), 19, "threads = [1]\nmmap = [\"on\", \"off\"]");
+    auto points = ExperimentSpec::load(write_spec(d, spec)).points(false);
+    ASSERT_FALSE(points.empty());
+    int off = 0;
+    for (const auto& p : points) {
+        const auto argv = point_command(p, "m.gguf");
+        const auto mmp = std::find(argv.begin(), argv.end(), "-mmp");
+        if (p.at("mmap") == "off") {
+            ++off;
+            ASSERT_NE(mmp, argv.end());
+            EXPECT_EQ(*(mmp + 1), "0");
+            EXPECT_NE(p.key().find("mmap=off"), std::string::npos) << p.key();
+        } else {
+            EXPECT_EQ(mmp, argv.end());
+            EXPECT_EQ(p.key().find("mmap"), std::string::npos) << p.key();
+        }
+    }
+    EXPECT_EQ(off * 2, int(points.size()));
+    spec.replace(spec.find("\"off\"]"), 6, "\"no\"]");
+    EXPECT_THROW(ExperimentSpec::load(write_spec(d, spec)), Error);
 }
 
 TEST(ExperimentSpec, MistakesAreNamed) {
