@@ -44,8 +44,8 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "CPU time of profinfer's own threads while the target ran traced (user + system, ms): the consumer's share "
          "of the cost, outside the probes"},
         {K::RecorderWakeups, "recorder_wakeups",
-         "context switches of profinfer's own threads over that time: each one a wake-up that may take a CPU from the "
-         "target"},
+         "voluntary context switches of profinfer's own threads over that time (preemptions left out): each one a "
+         "wake-up that may take a CPU from the target"},
         {K::AlternateCalls, "alternate_calls", "PROFINFER_ALTERNATE: operator probes on and off every N calls"},
         {K::Ablate, "ablate", "PROFINFER_ABLATE: trap or send (probes that do only part of their work)"},
         {K::MemoryLimitBytes, "memory_limit_bytes", "--memory-limit: the target's cgroup memory.max"},

@@ -86,8 +86,8 @@ void RecordingSession::start() {
 }
 
 int RecordingSession::run() {
-    // What profinfer's own threads cost while the target ran: CPU time and context
-    // switches (each a wake-up that may take a CPU from the target), all threads.
+    // What profinfer's own threads cost while the target ran: CPU time and wake-ups (each
+    // may take a CPU from the target), all threads.
     const auto usage = [] {
         rusage u{};
         getrusage(RUSAGE_SELF, &u);
@@ -98,7 +98,9 @@ int RecordingSession::run() {
     int status = poll_until_exit();
     const rusage after = usage();
     own_cpu_ms_ = ms(after.ru_utime) + ms(after.ru_stime) - ms(before.ru_utime) - ms(before.ru_stime);
-    own_wakeups_ = after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw - before.ru_nivcsw;
+    // Voluntary switches only: each is a sleep ended by a wake-up. Preemptions (involuntary)
+    // depend on the machine's load, not on what the recorder does.
+    own_wakeups_ = after.ru_nvcsw - before.ru_nvcsw;
     write_budget_meta();
     return finish(status);
 }
