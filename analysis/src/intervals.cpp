@@ -39,27 +39,27 @@ Interval median_interval(const std::vector<double>& values) {
 
 Interval ratio_interval(const ByRound& a, const ByRound& b) {
     Interval out;
+    // Paired when every round of the side with fewer is a round of the other (a run that
+    // failed leaves its round out of the pair, not the pairing out of the comparison).
+    std::vector<double> each;
+    for (const auto& [r, v] : a)
+        if (auto it = b.find(r); it != b.end()) each.push_back(v / it->second);
+    if (!each.empty() && each.size() == std::min(a.size(), b.size())) {
+        // Each round's own ratio: what drifts between rounds is in both of its sides.
+        return median_interval(each);
+    }
     std::vector<double> va, vb;
     for (const auto& [r, v] : a) va.push_back(v);
     for (const auto& [r, v] : b) vb.push_back(v);
     out.n = std::min(va.size(), vb.size());
     out.median = median_of(va) / median_of(vb);
     if (out.n < kMinRoundsForInterval) return out;
-    bool paired = a.size() == b.size();
-    for (auto ia = a.begin(), ib = b.begin(); paired && ia != a.end(); ++ia, ++ib) paired = ia->first == ib->first;
     StableRandom rng{1};
     std::vector<double> estimates, sa(va.size()), sb(vb.size());
     estimates.reserve(kResamples);
     for (int i = 0; i < kResamples; ++i) {
-        if (paired) {
-            for (size_t j = 0; j < sa.size(); ++j) {
-                const size_t k = rng.below(va.size());
-                sa[j] = va[k], sb[j] = vb[k];
-            }
-        } else {
-            for (auto& s : sa) s = va[rng.below(va.size())];
-            for (auto& s : sb) s = vb[rng.below(vb.size())];
-        }
+        for (auto& s : sa) s = va[rng.below(va.size())];
+        for (auto& s : sb) s = vb[rng.below(vb.size())];
         estimates.push_back(median_of(sa) / median_of(sb));
     }
     percentile_bounds(estimates, out);

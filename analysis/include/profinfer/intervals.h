@@ -19,7 +19,7 @@ namespace profinfer {
 inline constexpr size_t kMinRoundsForInterval = 5;
 
 struct Interval {
-    double median = NAN;         // the estimate (median, or ratio of medians)
+    double median = NAN;         // the estimate (a median, or the median of per-round ratios)
     double lo = NAN, hi = NAN;   // 95 % percentile bootstrap interval; NaN when too few rounds
     size_t n = 0;                // values (rounds) it rests on
     bool has_interval() const { return std::isfinite(lo) && std::isfinite(hi); }
@@ -32,9 +32,12 @@ Interval median_interval(const std::vector<double>& values);
 // Values of one point per round (round number → value).
 using ByRound = std::map<int, double>;
 
-// median(A) / median(B) and its interval. Rounds both points were measured in are
-// resampled together (drift within a round hits both sides alike); when the two were not
-// measured in the same rounds, each side is resampled on its own. n: the smaller side.
+// A against B and its interval. Measured in the same rounds (every round of the side with
+// fewer values is a round of the other): the median over those rounds of each round's own
+// ratio A/B, bootstrapped over rounds — drift between rounds (a shared host's speed changes
+// from one minute to the next) is in both sides of a round's ratio and cancels. Not in the
+// same rounds: median(A) / median(B), each side resampled on its own. n: the rounds (pairs)
+// or the smaller side.
 Interval ratio_interval(const ByRound& a, const ByRound& b);
 
 // What a comparison's interval says about an expected direction.
