@@ -12,17 +12,20 @@ MODEL=${3:-$CACHE/models/llama3.2-1b-q4_0.gguf}
 THREADS=${4:-2}
 PROFINFER=${5:-build/profinfer}
 BENCH=$(scripts/llama.sh program debug llama-bench)
-[[ -f $MODEL ]] || { mkdir -p "$(dirname "$MODEL")"; build/profinfer model synth --card llama3.2-1b --type q4_0 -o "$MODEL" 2>/dev/null; }
+[[ -f $MODEL ]] || { mkdir -p "$(dirname "$MODEL")"; "$PROFINFER" model synth --card llama3.2-1b --type q4_0 -o "$MODEL" 2>/dev/null; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; sysctl -qw kernel.bpf_stats_enabled=0' EXIT
 sysctl -qw kernel.bpf_stats_enabled=1
 "$PROFINFER" record -q --level "$LEVEL" ${RECORD_ARGS:-} -o "$tmp/run.db" -- "$BENCH" -m "$MODEL" -t "$THREADS" -p 0 -n "$TOKENS" -r 1 \
-  >/dev/null 2>&1 &
+  -mmp 0 >/dev/null 2>&1 &
 rec=$!
-# The programs go when the recorder exits: keep the last reading of each.
+# The programs go when the recorder exits: keep the last reading that still has them (the
+# final readings, after the recorder unloaded them, do not).
 while kill -0 $rec 2>/dev/null; do
-  bpftool prog show -j 2>/dev/null > "$tmp/now.json" && [[ -s $tmp/now.json ]] && cp "$tmp/now.json" "$tmp/last.json"
-  sleep 0.2
+  bpftool prog show -j 2>/dev/null > "$tmp/now.json" && grep -q '"llama_decode_enter"' "$tmp/now.json" &&
+    cp "$tmp/now.json" "$tmp/last.json"
+  sleep 0.5
 done
+[[ -s $tmp/last.json ]] || { echo "handler_cost.sh: no reading of the recorder's programs" >&2; exit 1; }
 wait $rec
 python3 - "$tmp/last.json" "$TOKENS" <<'PY'
 import json, sys

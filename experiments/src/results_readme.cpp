@@ -110,7 +110,8 @@ fs::path write_results_readme(const fs::path& dir) {
     }
     md << "Every study records each point of its sweep once per round, in interleaved rounds (each round visits "
           "every point, in an order of its own), and gives per point the median over the rounds with a 95 % "
-          "bootstrap interval. Each claim of the paper is a comparison on those medians; it is **reproduced** or "
+          "bootstrap interval. Each claim of the paper is a comparison of two points measured in the same rounds (the median of each "
+          "round's own ratio, so that what drifts between rounds cancels); it is **reproduced** or "
           "**not reproduced** only when its interval excludes no effect, **within noise** when it does not, and "
           "**not testable here** with the reason. docs/experiments.md explains the method and each study.\n\n";
 
@@ -164,8 +165,9 @@ fs::path write_results_readme(const fs::path& dir) {
     md << "\nAlso here, each with its own tables: ";
     std::vector<std::string> more;
     for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
-             {"overhead/vs-baseline.md", "the cost of tracing, each point against the untraced run (Tables 5 and 7)"},
-             {"overhead/fidelity.md", "operator times against the eval callback's"},
+             {"overhead/vs-baseline.md", "the cost of tracing, each level against the untraced run (Table 5)"},
+             {"overhead-where/vs-baseline.md", "where that cost goes, and the peers against their own untraced runs (Table 7)"},
+             {"overhead-where/fidelity.md", "operator times against the eval callback's"},
              {"models/models.md", "the performance models and the plan (Fig. 10, 13; `profinfer fit`, `plan`)"},
              {"llama3.2-1b-q4_0/report.html", "one full-level profile with its DAGs, statistics and roofline"}})
         if (fs::exists(dir / path)) more.push_back("[" + what + "](" + path + ")");

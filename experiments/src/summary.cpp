@@ -459,15 +459,15 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
        << "Per point, against the point of its group with";
     for (const auto& [k, v] : spec.baseline) md << " " << k << "=" << v;
     md << ", in the same rounds: slowdown = 100 × (1 − its speed / the baseline's), CPU = 100 × (its CPU time / the "
-          "baseline's − 1) (the run's whole CPU time, tracer included); each the ratio of medians with a 95 % bootstrap "
-          "interval over rounds (resampled together); × floor: the decode slowdown over the bpftrace floor's.\n\n"
+          "baseline's − 1) (the run's whole CPU time, tracer included); each the median over the rounds of the round's own "
+          "ratio (both measured in that round) with a 95 % bootstrap interval over rounds; × floor: the decode slowdown over the bpftrace floor's in the same group.\n\n"
        << "| point | group | n | decode slowdown % | prefill slowdown % | CPU time % | × floor |\n|---|---|---|---|---|---|---|\n";
     struct Row {
         std::string name, group;
         Interval d, p, c;
     };
     std::vector<Row> rows;
-    double floor = NAN;
+    std::map<std::string, double> floor;  // the bpftrace floor's decode slowdown, per group
     for (const auto& p : points) {
         if (p.matches(spec.baseline)) continue;
         const std::string g = group_name(p.params, points, spec.baseline, {});
@@ -485,10 +485,12 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
         c.median = 100 * (c.median - 1), c.lo = 100 * (c.lo - 1), c.hi = 100 * (c.hi - 1);
         rows.push_back({name, g, slowdown(ratio_interval(p.of("bench_tg_tps"), b->second->of("bench_tg_tps"))),
                         slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c});
-        if (p.params.at("tracer") == "bpftrace") floor = rows.back().d.median;
+        if (p.params.at("tracer") == "bpftrace") floor[g] = rows.back().d.median;
     }
     for (const auto& r : rows) {
-        const double x = std::isfinite(floor) && floor > 0 ? r.d.median / floor : NAN;
+        // Against the floor measured in the same group (model, threads): none there, none given.
+        const auto f = floor.find(r.group);
+        const double x = f != floor.end() && std::isfinite(f->second) && f->second > 0 ? r.d.median / f->second : NAN;
         t.rows.push_back({r.name, r.group, int64_t(r.d.n), number_or_null(r.d.median), number_or_null(r.d.lo),
                           number_or_null(r.d.hi), number_or_null(r.p.median), number_or_null(r.p.lo), number_or_null(r.p.hi),
                           number_or_null(r.c.median), number_or_null(r.c.lo), number_or_null(r.c.hi), number_or_null(x)});
@@ -839,7 +841,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         md << "- Points: `index.db` (parameters, command, timings per round), `runs.csv` (every round's metrics); "
               "per point `points/<id>-r<round>.db` and the outputs of its first round.\n";
         if (!verdicts.empty()) {
-            md << "\n## Verdicts\n\nEach claim as a comparison of medians over the rounds: the ratio a / b (or a's "
+            md << "\n## Verdicts\n\nEach claim as a comparison over the rounds: the median of each round's ratio a / b (or a's "
                   "median against a value) with its 95 % bootstrap interval; reproduced or not reproduced only when "
                   "the interval excludes no effect.\n\n| claim | test | group | estimate [95 % interval] | n | verdict |\n"
                   "|---|---|---|---|---|---|\n";
