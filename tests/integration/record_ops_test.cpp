@@ -241,6 +241,49 @@ TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
     EXPECT_GT(db3.scalar("SELECT count(*) FROM sched_switch WHERE prev_state != 0"), 0);
 }
 
+// The boards' vendor kernels (5.10) lack what the programs use on newer ones: an atomic
+// add whose result is used (graph numbers), bpf_get_current_task_btf (fault counters) and
+// bpf_for_each_map_elem (every thread's last node ended when the graph returns). With
+// PROFINFER_KERNEL_FEATURES=old the loader takes every fallback on this kernel: the same
+// graphs and operators are recorded, each thread's last node ends inside its graph, and the
+// fault counter is read from the task.
+TEST(RecordOps, OlderKernelFallbacksRecordTheSame) {
+    PROFINFER_REQUIRE_BPF();
+    struct Seen {
+        int64_t graphs, ops, past_graph_end, thread_graphs, threads, faults;
+        std::string fallbacks;
+    };
+    auto seen = [](const std::map<std::string, std::string>& env) {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--counters", "minor-faults"},
+                          {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "16", "Hello world"},
+                          env);
+        EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+        EXPECT_EQ(lost(rec.db), 0);
+        store::Database db(rec.db, store::Database::Mode::ReadOnly);
+        return Seen{db.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu'"),
+                    db.scalar("SELECT count(*) FROM ops"),
+                    db.scalar("SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq WHERE o.end_ns > g.end_ns"),
+                    db.scalar("SELECT count(*) FROM (SELECT DISTINCT graph_seq, ith FROM ops)"),
+                    db.scalar("SELECT max(nth) FROM ops"),
+                    db.scalar("SELECT coalesce(sum(c0), 0) FROM ops"),
+                    db.meta()[store::MetaKey::KernelFallbacks]};
+    };
+    const Seen old = seen({{"PROFINFER_KERNEL_FEATURES", "old"}});
+    const Seen now = seen({});
+    EXPECT_EQ(old.fallbacks, "atomic-fetch,task-btf,for-each");
+    EXPECT_NE(now.fallbacks, "");
+    EXPECT_EQ(old.graphs, 16);
+    EXPECT_EQ(old.graphs, now.graphs);
+    EXPECT_EQ(old.ops, now.ops);
+    EXPECT_GE(old.threads, 2);
+    EXPECT_EQ(old.thread_graphs, 16 * old.threads);  // every thread in every graph
+    EXPECT_EQ(old.past_graph_end, 0);      // ended by the graph's exit, not by the next graph's first node
+    EXPECT_EQ(now.past_graph_end, 0);
+    EXPECT_GT(old.faults, 0);  // first touches of the KV cache and compute buffers
+    EXPECT_GT(now.faults, 0);
+}
+
 // Per-operator major faults: weights paged out before decoding fault back in inside the
 // operators that read them; a warm run has none.
 TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {

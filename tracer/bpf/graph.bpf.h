@@ -37,7 +37,7 @@ static __always_inline void graph_enter(__u32 api, void *backend, void *cgraph)
 	}
 	bpf_probe_read_user(&g.n_nodes, sizeof(g.n_nodes), cgraph + layout.cgraph_n_nodes);
 	/* Operator records name the CPU graph they belong to. */
-	g.seq = __sync_fetch_and_add(&graph_counter, 1) + 1;
+	g.seq = fetch_add_one(&graph_counter) + 1;
 	if (api == 2) {
 		current_graph_seq = g.seq;
 		if (layout.cgraph_uid)
@@ -106,11 +106,13 @@ static __always_inline void read_counters(__u64 *out)
 		if (c >= n_counters)
 			break;
 		if (counter_source[c] == PI_COUNTER_TASK_MAJ_FLT) {
-			out[c] = bpf_get_current_task_btf()->maj_flt;
+			out[c] = has_task_btf ? bpf_get_current_task_btf()->maj_flt
+					      : BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), maj_flt);
 			continue;
 		}
 		if (counter_source[c] == PI_COUNTER_TASK_MIN_FLT) {
-			out[c] = bpf_get_current_task_btf()->min_flt;
+			out[c] = has_task_btf ? bpf_get_current_task_btf()->min_flt
+					      : BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), min_flt);
 			continue;
 		}
 		struct bpf_perf_event_value v = {};
@@ -212,7 +214,7 @@ static __always_inline void end_op(struct thread_state *st, __u64 now)
 
 struct flush_ctx {
 	__u64 now;
-	__u32 tgid;
+	__u32 tgid, tid;
 };
 
 static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *st, struct flush_ctx *fc)
@@ -225,7 +227,53 @@ static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *s
 	return 0;
 }
 
-static __always_inline void graph_exit(__u32 api)
+/* The threads of the CPU graph under way by their index in it (ggml's ith), for kernels
+ * without bpf_for_each_map_elem (before 5.13): node_start writes its thread's tid once per
+ * graph, and the graph's exit visits its nth threads here instead of walking thread_states.
+ * Threads past PI_GRAPH_THREADS keep their last node open until their next one (a board has
+ * 8 cores; GGML_MAX_N_THREADS is 512). */
+#define PI_GRAPH_THREADS 64
+const volatile bool has_for_each = true;
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PI_GRAPH_THREADS);
+	__type(key, __u32);
+	__type(value, __u32);
+} graph_threads SEC(".maps");
+
+static __always_inline void note_graph_thread(__s32 ith, __u32 tid)
+{
+	if (has_for_each || ith < 0 || ith >= PI_GRAPH_THREADS)
+		return;
+	__u32 key = ith;
+	bpf_map_update_elem(&graph_threads, &key, &tid, BPF_ANY);
+}
+
+static __always_inline void flush_graph_threads(struct flush_ctx *fc, __u64 seq)
+{
+	struct thread_state *self = bpf_map_lookup_elem(&thread_states, &fc->tid);
+	if (!self || self->graph_seq != seq)
+		return;
+	__s32 nth = self->nth;
+	for (__s32 i = 0; i < PI_GRAPH_THREADS; i++) {
+		if (i >= nth)
+			break;
+		/* A copy for the lookup: the counter itself must stay in a register, where the
+		 * verifier tracks its bounds (through the stack it lost them: "infinite loop"). */
+		__u32 key = i;
+		__u32 *tid = bpf_map_lookup_elem(&graph_threads, &key);
+		if (!tid)
+			break;
+		struct thread_state *st = bpf_map_lookup_elem(&thread_states, tid);
+		if (st && st->graph_seq == seq)
+			flush_thread(0, tid, st, fc);
+	}
+}
+
+/* API: 1 the backend's graph_compute_async, 2 the CPU's ggml_graph_compute. LOOP: the
+ * graph's threads are found through graph_threads (cpu_graph_exit_loop, kernels before
+ * 5.13), else by bpf_for_each_map_elem over thread_states. */
+static __always_inline void graph_exit(__u32 api, bool loop)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
@@ -237,8 +285,11 @@ static __always_inline void graph_exit(__u32 api)
 		return;
 	if (api == 2 && trace_ops) {
 		/* Every thread's last node ends when the graph returns. */
-		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32 };
-		bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);
+		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid };
+		if (loop)
+			flush_graph_threads(&fc, g->seq);
+		else
+			bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);
 		/* Every node of the graph described (the operator probes on throughout, no
 		 * record lost): its uid is known from now on. */
 		if (g->uid && !current_graph_known && g->ops_epoch == ops_epoch && ops_enabled && call_ops &&
@@ -272,7 +323,7 @@ int BPF_KPROBE(backend_graph_enter, void *backend, void *cgraph)
 SEC("uretprobe")
 int BPF_KRETPROBE(backend_graph_exit)
 {
-	graph_exit(1);
+	graph_exit(1, false);
 	return 0;
 }
 
@@ -287,7 +338,15 @@ int BPF_KPROBE(cpu_graph_enter, void *cgraph)
 SEC("uretprobe")
 int BPF_KRETPROBE(cpu_graph_exit)
 {
-	graph_exit(2);
+	graph_exit(2, false);
+	return 0;
+}
+
+/* The same on kernels without bpf_for_each_map_elem; the loader loads one of the two. */
+SEC("uretprobe")
+int BPF_KRETPROBE(cpu_graph_exit_loop)
+{
+	graph_exit(2, true);
 	return 0;
 }
 

@@ -231,6 +231,7 @@ static __always_inline void node_start(const void *params, const void *tensor, c
 		bpf_probe_read_user(&st->nth, sizeof(st->nth), params + layout.params_nth);
 		st->params = (__u64)params;
 		st->params_graph_seq = st->graph_seq;
+		note_graph_thread(st->ith, tid);
 	}
 	st->start_cpu = bpf_get_smp_processor_id();
 	st->samples = 0;

@@ -28,7 +28,7 @@ int BPF_KPROBE(llama_decode_enter, void *lctx)
 	if (!is_target(pid_tgid))
 		return 0;
 	bool ops = ops_enabled;
-	if (alternate_calls && (__sync_fetch_and_add(&decode_calls, 1) / alternate_calls) % 2)
+	if (alternate_calls && (fetch_add_one(&decode_calls) / alternate_calls) % 2)
 		ops = false;
 	struct decode_entry e = { .start_ns = bpf_ktime_get_ns(), .n_tokens = -1, .ops = ops };
 	call_ops = ops;

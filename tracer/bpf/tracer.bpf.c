@@ -51,6 +51,23 @@ const volatile __u32 ablate = 0;
  * run then compare the operator level's work with the trap alone. 0: off. */
 const volatile __u32 alternate_calls = 0;
 __u64 decode_calls = 0;
+/* What the kernel's verifier accepts, probed by user space before load (kernel_features.h):
+ * an atomic add whose old value is used (5.12), bpf_get_current_task_btf (5.11). A branch
+ * a constant here rules out is dropped by the verifier unseen, so the object loads on the
+ * vendor-era 5.10 kernels of the boards too. */
+const volatile bool has_atomic_fetch = true;
+const volatile bool has_task_btf = true;
+
+/* *V += 1, returning the value before. Without atomic fetch: the add is atomic, the read
+ * after it is not — two callers on two CPUs in the same instant may both get the later
+ * value (graph numbers: only when two contexts of one process begin graphs at once). */
+static __always_inline __u64 fetch_add_one(__u64 *v)
+{
+	if (has_atomic_fetch)
+		return __sync_fetch_and_add(v, 1);
+	__sync_fetch_and_add(v, 1);
+	return *(volatile __u64 *)v - 1;
+}
 /* Written by user space once it knows the target's libraries (DWARF or built-in). */
 struct pi_layout layout = {};
 

@@ -56,7 +56,12 @@ const Probe kProbes[] = {
     {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
     {"ggml_graph_compute", LibRole::GgmlCpu, false, PROG(cpu_graph_enter), Group::Graph, true, OpStrategy::None,
      kReadsArg1},
-    {"ggml_graph_compute", LibRole::GgmlCpu, true, PROG(cpu_graph_exit), Group::Graph, true},
+    // cpu_graph_exit_loop where the kernel lacks bpf_for_each_map_elem (the loader loads one).
+    {"ggml_graph_compute", LibRole::GgmlCpu, true,
+     [](tracer_bpf* s) {
+         return bpf_program__autoload(s->progs.cpu_graph_exit) ? s->progs.cpu_graph_exit : s->progs.cpu_graph_exit_loop;
+     },
+     Group::Graph, true},
     {"ggml_compute_forward", LibRole::GgmlCpu, false, PROG(compute_forward), Group::Op, true, OpStrategy::ComputeForward,
      kReadsArg1 | kReadsArg2},
     {"ggml_cpu_extra_compute_forward", LibRole::GgmlCpu, false, PROG(extra_compute_forward), Group::Op, true,

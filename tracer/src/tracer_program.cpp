@@ -18,6 +18,7 @@
 #include "alternating_gate.h"
 #include "consumer_priority.h"
 #include "kernel_btf.h"
+#include "kernel_features.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
 #include "target_guardian.h"
@@ -133,6 +134,14 @@ void TracerProgram::load(ProbeAttacher& probes) {
     if (want_switch)
         tables_.set_meta(store::MetaKey::SchedSwitchProgram,
                          four_args && three_args ? "both" : three_args ? "3arg" : "4arg");
+    // What an older kernel's verifier refuses is left out for a fallback (kernel_features.h).
+    const KernelFeatures kernel = KernelFeatures::probe();
+    skel_->rodata->has_atomic_fetch = kernel.atomic_fetch;
+    skel_->rodata->has_task_btf = kernel.task_btf;
+    skel_->rodata->has_for_each = kernel.for_each;
+    bpf_program__set_autoload(skel_->progs.cpu_graph_exit, kernel.for_each);
+    bpf_program__set_autoload(skel_->progs.cpu_graph_exit_loop, !kernel.for_each);
+    tables_.set_meta(store::MetaKey::KernelFallbacks, kernel.fallbacks());
     bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
     bpf_program__set_autoload(skel_->progs.wait_sample, probes.wait_samples());
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);

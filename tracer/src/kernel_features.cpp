@@ -1,0 +1,62 @@
+#include "kernel_features.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "profinfer/error.h"
+
+namespace profinfer {
+
+namespace {
+
+bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
+    bpf_insn i{};
+    i.code = code, i.dst_reg = dst, i.src_reg = src, i.off = off, i.imm = imm;
+    return i;
+}
+
+// r1 = 1; *(u64 *)(r10 - 8) = r1; r1 = atomic_fetch_add((u64 *)(r10 - 8), r1); r0 = 0; exit
+bool probe_atomic_fetch() {
+    const bpf_insn prog[] = {
+        insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_1, 0, 0, 1),
+        insn(BPF_STX | BPF_MEM | BPF_DW, BPF_REG_10, BPF_REG_1, -8, 0),
+        insn(BPF_STX | BPF_ATOMIC | BPF_DW, BPF_REG_10, BPF_REG_1, -8, BPF_ADD | BPF_FETCH),
+        insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0),
+        insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+    };
+    const int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "pi_fetch_probe", "GPL", prog,
+                                 sizeof prog / sizeof prog[0], nullptr);
+    if (fd < 0) return false;
+    close(fd);
+    return true;
+}
+
+bool probe_helper(bpf_func_id id) { return libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, id, nullptr) == 1; }
+
+}  // namespace
+
+KernelFeatures KernelFeatures::probe() {
+    const char* forced = std::getenv("PROFINFER_KERNEL_FEATURES");
+    const std::string f = forced ? forced : "";
+    if (f == "old") return KernelFeatures{false, false, false};
+    if (!f.empty() && f != "probe")
+        throw Error("PROFINFER_KERNEL_FEATURES must be old or probe, not '" + f + "'");
+    KernelFeatures k;
+    k.atomic_fetch = probe_atomic_fetch();
+    k.task_btf = probe_helper(BPF_FUNC_get_current_task_btf);
+    k.for_each = probe_helper(BPF_FUNC_for_each_map_elem);
+    return k;
+}
+
+std::string KernelFeatures::fallbacks() const {
+    std::string s;
+    for (auto [have, name] : {std::pair{atomic_fetch, "atomic-fetch"}, {task_btf, "task-btf"}, {for_each, "for-each"}})
+        if (!have) s += (s.empty() ? "" : ",") + std::string(name);
+    return s.empty() ? "none" : s;
+}
+
+}  // namespace profinfer
