@@ -6,12 +6,14 @@
 #   make cross-arm64          profinfer for aarch64 (build-arm64/), with the pinned llama.cpp for arm64
 #   make test-arm64           that build's tests under qemu-user (BPF cannot load there: those skip, saying so)
 #   make farm INVENTORY=FILE [STUDIES=a,b] [QUICK=1]   the studies on every board of an Ansible inventory
+#   make vboard NAME=… KERNEL=6.1|5.10   boot an emulated Cortex-A76 Debian board (scripts/vboard.sh; SSH)
+#   make test-vboard          the arm64 build's tests inside a virtual board on each kernel, eBPF included
 BUILD ?= build
 BOARD ?= host
 JOBS ?= $(shell nproc)
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps llama build test test-sanitized bench reproduce clean cross-arm64 test-arm64 farm
+.PHONY: all deps llama build test test-sanitized bench reproduce clean cross-arm64 test-arm64 farm vboard test-vboard
 
 all: build
 
@@ -72,6 +74,19 @@ cross-arm64:
 test-arm64: cross-arm64
 	@scripts/qemu-binfmt.sh
 	@cd build-arm64 && PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 --timeout 1800
+
+# Virtual boards (docs/boards.md): whole arm64 systems under qemu-system-aarch64, their own
+# kernels included, so that what qemu-user cannot run (bpf()) runs there.
+NAME ?= vboard-6.1
+KERNEL ?= 6.1
+vboard:
+	@scripts/vboard.sh start $(NAME) $(KERNEL) >/dev/null
+
+# The arm64 suite inside a virtual board on each kernel, as CI runs it (CI=true: a skipped
+# eBPF test fails). The repository and the cache are shared in at the same paths.
+VBOARD_KERNELS ?= 6.1 5.10
+test-vboard: cross-arm64
+	@set -e; for k in $(VBOARD_KERNELS); do 	  scripts/vboard.sh start test-$$k $$k >/dev/null; 	  start=$$(date +%s); 	  scripts/vboard.sh ssh test-$$k "cd $(CURDIR)/build-arm64 && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 --timeout 3600" 	    && rc=0 || rc=$$?; 	  echo "test-vboard: kernel $$k: suite $$(( $$(date +%s) - start )) s, exit $$rc"; 	  scripts/vboard.sh stop test-$$k; 	  [ $$rc -eq 0 ] || exit $$rc; 	done
 
 # Every board of an Ansible inventory at once, one exclusive job per board (farm/playbook.yml),
 # results back in farm-results/<board>/, indexes merged (farm-results/farm.db) and compared

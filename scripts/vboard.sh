@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Virtual arm64 boards (docs/boards.md "Virtual boards"): whole Debian arm64 systems, kernel
+# included — so that eBPF runs, which qemu-user cannot give — under qemu-system-aarch64
+# (-M virt -cpu cortex-a76, TCG), reached over SSH on a loopback port, with no route out.
+#   scripts/vboard.sh image              build the root filesystem once (cached): Debian 12
+#                                        arm64 with Debian's 6.1 kernel and bullseye's 5.10
+#   scripts/vboard.sh start NAME KERNEL  boot board NAME on kernel 6.1 or 5.10 (a qcow2 overlay
+#                                        of the image); waits for SSH; prints its port
+#   scripts/vboard.sh ssh NAME [CMD…]    run CMD on it (a login shell without CMD)
+#   scripts/vboard.sh stop NAME          power it off cleanly (killed after 60 s)
+#   scripts/vboard.sh status             the boards running
+# The repository and profinfer's cache are shared into every board at the same paths as
+# here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
+# Environment: PROFINFER_CACHE; VBOARD_SMP (4), VBOARD_MEM (4096, MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+source scripts/cache.sh
+DIR=$CACHE/vboard
+IMAGE=$DIR/rootfs.ext4
+KEY=$DIR/id_ed25519
+SMP=${VBOARD_SMP:-4}
+MEM=${VBOARD_MEM:-4096}
+# Debian's own arm64 kernels: bookworm's 6.1, and bullseye's 5.10 (the generation of the
+# Rockchip and Qualcomm vendor kernels; BTF, uprobes and the ARM PMU driver on).
+KERNEL_5_10=linux-image-5.10.0-32-arm64
+KERNEL_6_1=linux-image-arm64
+
+say() { echo "vboard: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+need_host_tools() {
+  local missing=()
+  for t in qemu-system-aarch64:qemu-system-arm mmdebstrap:mmdebstrap arch-test:arch-test \
+           qemu-img:qemu-utils ssh:openssh-client mke2fs:e2fsprogs update-binfmts:binfmt-support; do
+    command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
+  done
+  [[ -e /usr/lib/binfmt.d/qemu-aarch64.conf ]] || missing+=(qemu-user-static)
+  if ((${#missing[@]})); then
+    [[ $(id -u) -eq 0 ]] || die "needs ${missing[*]} (apt-get install as root)"
+    say "installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  scripts/qemu-binfmt.sh
+}
+
+# The root filesystem: Debian 12 arm64 with what profinfer's arm64 build and its tests
+# need at run time, sshd with this machine's key, systemd-networkd on DHCP, and both
+# kernels with initramfs images holding only the drivers a virt machine boots from.
+cmd_image() {
+  [[ -f $IMAGE ]] && { say "image cached: $IMAGE"; return; }
+  need_host_tools
+  mkdir -p "$DIR"
+  [[ -f $KEY ]] || ssh-keygen -q -t ed25519 -N '' -C profinfer-vboard -f "$KEY"
+  local root=$DIR/rootfs.tmp started=$SECONDS
+  rm -rf "$root" "$IMAGE.tmp"
+  local packages=(systemd-sysv udev kmod iproute2 procps openssh-server ca-certificates busybox initramfs-tools
+                  libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libgomp1 libstdc++6
+                  libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
+                  cmake python3 sqlite3 bpftool gnuplot-nox graphviz linux-perf)
+  say "building the arm64 root filesystem (mmdebstrap through qemu-user: ~15 minutes)"
+  # The initramfs holds the virt machine's boot drivers only: a full one takes over ten
+  # minutes per kernel under qemu-user, this one a few.
+  mmdebstrap --arch=arm64 --variant=apt --include="$(IFS=,; echo "${packages[*]}")" \
+    --setup-hook='mkdir -p "$1/etc/initramfs-tools/conf.d"' \
+    --setup-hook='echo MODULES=list > "$1/etc/initramfs-tools/conf.d/profinfer"' \
+    --setup-hook='printf "%s\n" virtio_pci virtio_mmio virtio_blk virtio_net ext4 > "$1/etc/initramfs-tools/modules"' \
+    --customize-hook='echo "deb http://deb.debian.org/debian bullseye main" > "$1/etc/apt/sources.list.d/bullseye.list"' \
+    --customize-hook='chroot "$1" apt-get update -qq' \
+    --customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $KERNEL_6_1 $KERNEL_5_10" \
+    --customize-hook='rm "$1/etc/apt/sources.list.d/bullseye.list"' \
+    --customize-hook='echo vboard > "$1/etc/hostname"' \
+    --customize-hook='printf "/dev/vda / ext4 rw,relatime 0 1\nrepo '"$REPO"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail 0 0\ncache '"$CACHE"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail 0 0\n" > "$1/etc/fstab"' \
+    --customize-hook='mkdir -p "$1'"$REPO"'" "$1'"$CACHE"'" "$1/root/.ssh"' \
+    --customize-hook='cp '"$KEY.pub"' "$1/root/.ssh/authorized_keys"' \
+    --customize-hook='printf "[Match]\nName=eth0 en*\n[Network]\nDHCP=yes\n" > "$1/etc/systemd/network/10-dhcp.network"' \
+    --customize-hook='chroot "$1" systemctl enable systemd-networkd ssh' \
+    --customize-hook='echo "PermitRootLogin prohibit-password" > "$1/etc/ssh/sshd_config.d/profinfer.conf"' \
+    bookworm "$root" >"$DIR/mmdebstrap.log" 2>&1 || die "mmdebstrap failed: $DIR/mmdebstrap.log"
+  for k in "$root"/boot/vmlinuz-*; do
+    local v=${k#"$root"/boot/vmlinuz-}
+    case $v in 5.10.*) cp "$k" "$DIR/vmlinuz-5.10"; cp "$root/boot/initrd.img-$v" "$DIR/initrd-5.10" ;;
+               6.1.*) cp "$k" "$DIR/vmlinuz-6.1"; cp "$root/boot/initrd.img-$v" "$DIR/initrd-6.1" ;; esac
+  done
+  [[ -f $DIR/vmlinuz-5.10 && -f $DIR/vmlinuz-6.1 ]] || die "the kernels are missing from $root/boot"
+  mke2fs -q -t ext4 -L vboard -d "$root" "$IMAGE.tmp" 6G
+  mv "$IMAGE.tmp" "$IMAGE"
+  rm -rf "$root"
+  say "image built in $((SECONDS - started)) s: $IMAGE"
+}
+
+run_dir() { echo "$DIR/run/$1"; }
+
+cmd_start() {
+  local name=${1:?board name} kernel=${2:?kernel: 6.1 or 5.10}
+  [[ $kernel == 6.1 || $kernel == 5.10 ]] || die "kernel must be 6.1 or 5.10, not '$kernel'"
+  cmd_image
+  local run; run=$(run_dir "$name")
+  if [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null; then
+    say "$name is running (port $(cat "$run/port"))"; cat "$run/port"; return
+  fi
+  mkdir -p "$run"
+  rm -f "$run/overlay.qcow2"
+  qemu-img create -q -f qcow2 -F raw -b "$IMAGE" "$run/overlay.qcow2"
+  # A free loopback port for the guest's sshd.
+  local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  echo "$port" > "$run/port"
+  echo "$kernel" > "$run/kernel"
+  local started=$SECONDS
+  # restrict=on: the guest reaches nothing outside; only the forwarded port reaches it.
+  qemu-system-aarch64 -M virt -cpu cortex-a76 -smp "$SMP" -m "$MEM" \
+    -kernel "$DIR/vmlinuz-$kernel" -initrd "$DIR/initrd-$kernel" \
+    -append "root=/dev/vda rw console=ttyAMA0 net.ifnames=0" \
+    -drive "file=$run/overlay.qcow2,if=virtio,format=qcow2" \
+    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0 \
+    -virtfs "local,path=$REPO,mount_tag=repo,security_model=none,id=repo" \
+    -virtfs "local,path=$CACHE,mount_tag=cache,security_model=none,id=cache" \
+    -display none -serial "file:$run/console.log" -monitor none \
+    -daemonize -pidfile "$run/pid"
+  for _ in $(seq 1 120); do
+    if ssh_to "$name" true 2>/dev/null; then
+      echo "$((SECONDS - started))" > "$run/boot_seconds"
+      say "$name up on kernel $kernel in $((SECONDS - started)) s (ssh port $port)"
+      echo "$port"
+      return
+    fi
+    kill -0 "$(cat "$run/pid")" 2>/dev/null || die "$name died while booting: $run/console.log"
+    sleep 2
+  done
+  die "$name: no SSH after $((SECONDS - started)) s: $run/console.log"
+}
+
+ssh_to() {
+  local name=$1; shift
+  local run; run=$(run_dir "$name")
+  [[ -f $run/port ]] || die "$name is not running"
+  ssh -q -i "$KEY" -p "$(cat "$run/port")" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+    -o ConnectTimeout=5 -o BatchMode=yes root@127.0.0.1 "$@"
+}
+
+cmd_stop() {
+  local name=${1:?board name} run
+  run=$(run_dir "$name")
+  [[ -f $run/pid ]] || { say "$name is not running"; return; }
+  local pid; pid=$(cat "$run/pid")
+  ssh_to "$name" systemctl poweroff 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  kill -0 "$pid" 2>/dev/null && { say "$name did not power off: killed"; kill "$pid"; }
+  rm -f "$run/pid" "$run/overlay.qcow2"
+  say "$name stopped"
+}
+
+cmd_status() {
+  for run in "$DIR"/run/*/; do
+    [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null || continue
+    echo "$(basename "$run") kernel $(cat "$run/kernel") port $(cat "$run/port")"
+  done
+}
+
+case ${1:-} in
+  image) cmd_image ;;
+  start) shift; cmd_start "$@" ;;
+  ssh) shift; ssh_to "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  status) cmd_status ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
