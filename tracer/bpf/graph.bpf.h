@@ -233,7 +233,6 @@ static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *s
  * Threads past PI_GRAPH_THREADS keep their last node open until their next one (a board has
  * 8 cores; GGML_MAX_N_THREADS is 512). */
 #define PI_GRAPH_THREADS 64
-const volatile bool has_for_each = true;
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, PI_GRAPH_THREADS);
