@@ -7,13 +7,16 @@
 #   make test-arm64           that build's tests under qemu-user (BPF cannot load there: those skip, saying so)
 #   make farm INVENTORY=FILE [STUDIES=a,b] [QUICK=1]   the studies on every board of an Ansible inventory
 #   make vboard NAME=… KERNEL=6.1|5.10   boot an emulated Cortex-A76 Debian board (scripts/vboard.sh; SSH)
-#   make test-vboard          the arm64 build's tests inside a virtual board on each kernel, eBPF included
+#   make test-vboard          the arm64 build's tests inside a virtual board on each kernel, eBPF included,
+#                             then the farm over SSH to two virtual boards (6.1 and 5.10) at once
+#   make reproduce-vboard [QUICK=1]   make reproduce BOARD=virt-a76 inside a virtual board (results/virt-a76/)
 BUILD ?= build
 BOARD ?= host
 JOBS ?= $(shell nproc)
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps llama build test test-sanitized bench reproduce clean cross-arm64 test-arm64 farm vboard test-vboard
+.PHONY: all deps llama build test test-sanitized bench reproduce clean cross-arm64 test-arm64 farm vboard test-vboard \
+	farm-vboards reproduce-vboard
 
 all: build
 
@@ -33,7 +36,7 @@ build: deps llama $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j$(JOBS)
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j1 $(if $(CI),,--timeout 1800)
+	@cd $(BUILD) && ctest --output-on-failure -j1 -LE vboard $(if $(CI),,--timeout 1800)
 
 # The whole suite under AddressSanitizer + UBSan (clang), plus the libFuzzer targets for a
 # fixed number of inputs each: docs/reliability.md.
@@ -85,8 +88,34 @@ vboard:
 # The arm64 suite inside a virtual board on each kernel, as CI runs it (CI=true: a skipped
 # eBPF test fails). The repository and the cache are shared in at the same paths.
 VBOARD_KERNELS ?= 6.1 5.10
-test-vboard: cross-arm64
-	@set -e; for k in $(VBOARD_KERNELS); do 	  scripts/vboard.sh start test-$$k $$k >/dev/null; 	  start=$$(date +%s); 	  scripts/vboard.sh ssh test-$$k "cd $(CURDIR)/build-arm64 && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 --timeout 3600" 	    && rc=0 || rc=$$?; 	  echo "test-vboard: kernel $$k: suite $$(( $$(date +%s) - start )) s, exit $$rc"; 	  scripts/vboard.sh stop test-$$k; 	  [ $$rc -eq 0 ] || exit $$rc; 	done
+test-vboard: cross-arm64 build
+	@set -e; for k in $(VBOARD_KERNELS); do \
+	  scripts/vboard.sh start test-$$k $$k >/dev/null; \
+	  start=$$(date +%s); \
+	  scripts/vboard.sh ssh test-$$k "cd $(CURDIR)/build-arm64 && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
+	    && rc=0 || rc=$$?; \
+	  echo "test-vboard: kernel $$k: suite $$(( $$(date +%s) - start )) s, exit $$rc"; \
+	  scripts/vboard.sh stop test-$$k; \
+	  [ $$rc -eq 0 ] || exit $$rc; \
+	done
+	@cd $(BUILD) && ctest --output-on-failure -j1 -L vboard
+
+# The studies inside one virtual board, as on a real board: BOARD=virt-a76 (its profile:
+# tiny models, the Table 3 counters), this machine's arm64 build shared in. Results land in
+# results/virt-a76[/quick] of this checkout (shared in at the same path).
+reproduce-vboard: cross-arm64
+	@scripts/vboard.sh start reproduce 6.1 >/dev/null
+	@scripts/vboard.sh ssh reproduce "cd $(CURDIR) && make --no-print-directory -f Makefile.reproduce BOARD=virt-a76 BUILD=build-arm64 QUICK=$(or $(QUICK),1)" \
+	  && rc=0 || rc=$$?; scripts/vboard.sh stop reproduce; exit $$rc
+
+# The farm over SSH (farm/inventory-vboards.ini): both virtual boards booted at the
+# inventory's ports, the studies on both at once, merged here; the boards stopped after.
+farm-vboards: cross-arm64 build
+	@scripts/vboard.sh start vboard-6.1 6.1 22061 >/dev/null
+	@scripts/vboard.sh start vboard-5.10 5.10 22510 >/dev/null
+	@$(MAKE) --no-print-directory farm INVENTORY=farm/inventory-vboards.ini STUDIES=$(STUDIES) \
+	  FARM_EXTRA="-e profinfer=$(CURDIR)/build-arm64/profinfer -e ansible_ssh_private_key_file=$$(scripts/vboard.sh key) $(FARM_EXTRA)" \
+	  && rc=0 || rc=$$?; scripts/vboard.sh stop vboard-6.1; scripts/vboard.sh stop vboard-5.10; exit $$rc
 
 # Every board of an Ansible inventory at once, one exclusive job per board (farm/playbook.yml),
 # results back in farm-results/<board>/, indexes merged (farm-results/farm.db) and compared

@@ -36,7 +36,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
                 "verdict of each of the spec's [[claim]]s (verdicts.csv, table.md).");
     run->callback([&action, spec, board, out, quick, dry, rounds] {
         action = [spec, board, out, quick, dry, rounds] {
-            const auto s = ExperimentSpec::load(*spec);
+            auto s = ExperimentSpec::load(*spec);
             RunOptions opt;
             opt.profinfer = self_executable();
             opt.board = *board;
@@ -48,6 +48,7 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
                 const BoardProfile profile = board_profile(*board);
                 opt.pin_cpus = profile.pin_cpus;
                 opt.counters = profile.counter_list();
+                if (!profile.scale.empty()) s.scale = profile.scale;  // e.g. tiny on an emulated board
             }
             if (*board != "host" && !*dry) {
                 const auto here = detect_board(MachineFacts::read(), board_profiles());

@@ -17,10 +17,12 @@
 # commit's source against its libraries (the stock libllama-common.so included) and placed
 # beside them, where ggml_backend_load_all finds the backends.
 #
-# PROFINFER_ARCH=arm64 on an x86-64 machine (make cross-arm64): the same flavours for arm64
-# in a cache of their own — debug cross-compiled with cmake/toolchain-aarch64.cmake for the
-# RK3588's Cortex-A76 (armv8.2-a), release the stock @node-llama-cpp/linux-arm64 libraries;
-# their programs run under qemu-user.
+# arm64 (PROFINFER_ARCH=arm64, or an aarch64 machine): the same flavours for arm64 in a cache
+# of their own, nlc-VERSION-arm64, whichever machine built it — so that a virtual board that
+# shares this machine's cache (scripts/vboard.sh) finds the arm64 build, not this one's.
+# On an x86-64 machine (make cross-arm64) debug is cross-compiled with
+# cmake/toolchain-aarch64.cmake for the RK3588's Cortex-A76 (armv8.2-a) and its programs run
+# under qemu-user; release is the stock @node-llama-cpp/linux-arm64 libraries.
 #
 # Each flavour directory carries manifest.json; the C++ side (profinfer::LlamaInstall)
 # reads only that file, so paths are decided here and nowhere else.
@@ -28,9 +30,17 @@ set -euo pipefail
 
 NLC_VERSION=3.21.1
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
-ARCH=${PROFINFER_ARCH:-}
-[[ $ARCH == "$(uname -m)" || ($ARCH == arm64 && $(uname -m) == aarch64) ]] && ARCH=""
-ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION${ARCH:+-$ARCH}
+# TARGET: the npm platform (x64, arm64); ARCH: arm64 when cross-compiling for it, else empty.
+case ${PROFINFER_ARCH:-$(uname -m)} in
+  arm64|aarch64) TARGET=arm64 ;;
+  x64|x86_64) TARGET=x64 ;;
+  *) echo "profinfer[llama]: error: no llama.cpp flavours for ${PROFINFER_ARCH:-$(uname -m)}" >&2; exit 1 ;;
+esac
+ARCH=""
+[[ $TARGET == arm64 && $(uname -m) != aarch64 ]] && ARCH=arm64
+SUFFIX=""
+[[ $TARGET == arm64 ]] && SUFFIX=-arm64
+ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION$SUFFIX
 TARGETS=(llama-simple llama-bench llama-completion llama-quantize llama-eval-callback)
 
 say() { echo "profinfer[llama]: $*" >&2; }
@@ -41,7 +51,7 @@ npm_unpack() { "$(dirname "${BASH_SOURCE[0]}")/npm-unpack.sh" "$@" || die "could
 ensure_source() {
   local src=$ROOT/src
   [[ -f $src/CMakeLists.txt ]] && return 0
-  if [[ -n $ARCH && -f $CACHE/llama.cpp/nlc-$NLC_VERSION/src/CMakeLists.txt ]]; then  # the same source
+  if [[ -n $SUFFIX && -f $CACHE/llama.cpp/nlc-$NLC_VERSION/src/CMakeLists.txt ]]; then  # the same source
     git -c advice.detachedHead=false clone -q "$CACHE/llama.cpp/nlc-$NLC_VERSION/src" "$src" && return 0
   fi
   npm_unpack "node-llama-cpp@$NLC_VERSION" "$ROOT/npm/node-llama-cpp"
@@ -138,7 +148,7 @@ case $cmd in
       exec 9>"$ROOT/.lock"; flock 9   # two make jobs must not build the same tree
       if [[ ! -f $manifest ]]; then
         case $flavour in
-          release) unpack_stock release "linux-${ARCH:-x64}";;
+          release) unpack_stock release "linux-$TARGET";;
           vulkan) unpack_stock vulkan linux-x64-vulkan;;
           *) mkdir -p "$ROOT/$flavour"; build_flavour "$flavour";;
         esac

@@ -4,11 +4,13 @@
 # (-M virt -cpu cortex-a76, TCG), reached over SSH on a loopback port, with no route out.
 #   scripts/vboard.sh image              build the root filesystem once (cached): Debian 12
 #                                        arm64 with Debian's 6.1 kernel and bullseye's 5.10
-#   scripts/vboard.sh start NAME KERNEL  boot board NAME on kernel 6.1 or 5.10 (a qcow2 overlay
-#                                        of the image); waits for SSH; prints its port
+#   scripts/vboard.sh start NAME KERNEL [PORT]   boot board NAME on kernel 6.1 or 5.10 (a
+#                                        qcow2 overlay of the image), its sshd on loopback PORT
+#                                        (default: a free one); waits for SSH; prints the port
 #   scripts/vboard.sh ssh NAME [CMD…]    run CMD on it (a login shell without CMD)
 #   scripts/vboard.sh stop NAME          power it off cleanly (killed after 60 s)
 #   scripts/vboard.sh status             the boards running
+#   scripts/vboard.sh key                the private key the boards accept (for ssh -i, Ansible)
 # The repository and profinfer's cache are shared into every board at the same paths as
 # here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
 # Environment: PROFINFER_CACHE; VBOARD_SMP (4), VBOARD_MEM (4096, MiB).
@@ -57,7 +59,7 @@ cmd_image() {
   local packages=(systemd-sysv udev kmod iproute2 procps openssh-server ca-certificates busybox initramfs-tools
                   libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libgomp1 libstdc++6
                   libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
-                  cmake python3 sqlite3 bpftool gnuplot-nox graphviz linux-perf)
+                  cmake make python3 sqlite3 bpftool gnuplot-nox graphviz linux-perf rsync util-linux)
   say "building the arm64 root filesystem (mmdebstrap through qemu-user: ~15 minutes)"
   # The initramfs holds the virt machine's boot drivers only: a full one takes over ten
   # minutes per kernel under qemu-user, this one a few.
@@ -92,7 +94,7 @@ cmd_image() {
 run_dir() { echo "$DIR/run/$1"; }
 
 cmd_start() {
-  local name=${1:?board name} kernel=${2:?kernel: 6.1 or 5.10}
+  local name=${1:?board name} kernel=${2:?kernel: 6.1 or 5.10} port=${3:-}
   [[ $kernel == 6.1 || $kernel == 5.10 ]] || die "kernel must be 6.1 or 5.10, not '$kernel'"
   cmd_image
   local run; run=$(run_dir "$name")
@@ -102,8 +104,8 @@ cmd_start() {
   mkdir -p "$run"
   rm -f "$run/overlay.qcow2"
   qemu-img create -q -f qcow2 -F raw -b "$IMAGE" "$run/overlay.qcow2"
-  # A free loopback port for the guest's sshd.
-  local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # A free loopback port for the guest's sshd, unless one was asked for.
+  [[ -n $port ]] || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   echo "$port" > "$run/port"
   echo "$kernel" > "$run/kernel"
   local started=$SECONDS
@@ -163,5 +165,6 @@ case ${1:-} in
   ssh) shift; ssh_to "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) cmd_status ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  key) [[ -f $KEY ]] || die "no key yet: scripts/vboard.sh image makes it"; echo "$KEY" ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

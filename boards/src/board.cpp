@@ -65,6 +65,8 @@ BoardProfile BoardProfile::load(const fs::path& file) {
         }
     if (p.detect_parts.empty()) throw Error(f + ": detect.cpu_parts is required (the CPU part ids that identify the board)");
     p.detect_models = array_of<std::string>(t["detect"]["models"], f + ": detect.models");
+    p.model_required = t["detect"]["model_required"].value_or(false);
+    if (p.model_required && p.detect_models.empty()) throw Error(f + ": detect.model_required without detect.models");
     if (const auto* cl = t["clusters"].as_array())
         for (const auto& c : *cl) {
             const auto* ct = c.as_table();
@@ -86,6 +88,9 @@ BoardProfile BoardProfile::load(const fs::path& file) {
         }
     p.backends = array_of<std::string>(t["backends"]["available"], f + ": backends.available");
     p.backend_notes = t["backends"]["notes"].value_or(std::string());
+    p.scale = t["reproduce"]["scale"].value_or(std::string());
+    p.note = t["reproduce"]["note"].value_or(std::string());
+    if (!p.scale.empty() && p.scale != "tiny" && p.scale != "full") throw Error(f + ": reproduce.scale must be tiny or full");
     int parts = 0;
     for (const auto& [_, n] : p.detect_parts) parts += n;
     int cpus = 0;
@@ -115,6 +120,8 @@ nlohmann::json BoardProfile::to_json() const {
     for (const auto& c : counters)
         j["counters"].push_back({{"name", c.name}, {"event", c.event}, {"bytes_per_count", c.bytes_per_count}, {"meaning", c.meaning}});
     if (memory_bytes) j["memory_bytes"] = memory_bytes;
+    if (!scale.empty()) j["scale"] = scale;
+    if (!note.empty()) j["note"] = note;
     return j;
 }
 
@@ -195,6 +202,7 @@ BoardMatch detect_board(const MachineFacts& facts, const std::vector<BoardProfil
         if (p.detect_parts != parts) continue;
         bool model = false;
         for (const auto& m : p.detect_models) model |= lower(facts.device_model).find(lower(m)) != std::string::npos;
+        if (p.model_required && !model) continue;
         if (!best || (model && !best_model)) best = &p, best_model = model;
     }
     if (!best) return {"host", "no board profile matches (" + seen + "): this machine is 'host'"};

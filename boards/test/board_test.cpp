@@ -36,7 +36,8 @@ TEST(BoardDetect, FixturesPickTheirBoardProfiles) {
     EXPECT_EQ(detected("orangepi5-ultra"), "rk3588");
     EXPECT_EQ(detected("rock5b"), "rk3588");  // another RK3588 board: the SoC's CPU parts decide
     EXPECT_EQ(detected("rubikpi3"), "qcs6490");
-    EXPECT_EQ(detected("raspberrypi5"), "host");  // four A76 only: no profile
+    EXPECT_EQ(detected("raspberrypi5"), "host");  // four A76 only: virt-a76 needs its device-tree model too
+    EXPECT_EQ(detected("virt-a76"), "virt-a76");  // read off a virtual board (scripts/vboard.sh)
     EXPECT_EQ(detected("x86-kvm"), "host");
 }
 
@@ -129,7 +130,7 @@ TEST(BoardCli, DetectAndShow) {
     ASSERT_EQ(s.status, 0) << s.err;
     auto j = nlohmann::json::parse(s.out);
     EXPECT_EQ(j["pin_cpus"], nlohmann::json({4, 5, 6, 7}));
-    expect_one_line_failure(run_profinfer({"board", "show", "nosuchboard"}), "known: host, qcs6490, rk3588");
+    expect_one_line_failure(run_profinfer({"board", "show", "nosuchboard"}), "known: host, qcs6490, rk3588, virt-a76");
 }
 
 #if defined(__aarch64__)
@@ -165,4 +166,18 @@ TEST(BoardCli, BoardPlanPinsTheBigCoresAndTakesItsCounters) {
                                "--quick", "--dry-run"});
     ASSERT_EQ(host.status, 0) << host.err;
     EXPECT_EQ(host.out.find("taskset"), std::string::npos) << host.out;
+}
+
+// The virtual board runs its studies at tiny scale (its profile's [reproduce] scale): the
+// plan names the cards' tiny models, where the same spec on rk3588 names the full ones.
+TEST(BoardCli, EmulatedBoardRunsTinyModels) {
+    const std::string spec = std::string(PROFINFER_SOURCE_DIR) + "/experiments/specs/thread-imbalance.toml";
+    auto v = run_profinfer({"experiment", "run", spec, "--board", "virt-a76", "--quick", "--dry-run"});
+    ASSERT_EQ(v.status, 0) << v.err;
+    EXPECT_NE(v.out.find("llama3.2-1b-q4_0-tiny.gguf"), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find("taskset -c 0,1,2,3 "), std::string::npos) << v.out;
+    auto rk = run_profinfer({"experiment", "run", spec, "--board", "rk3588", "--quick", "--dry-run"});
+    ASSERT_EQ(rk.status, 0) << rk.err;
+    EXPECT_EQ(rk.out.find("-tiny.gguf"), std::string::npos) << rk.out;
+    EXPECT_NE(rk.out.find("llama3.2-1b-q4_0.gguf"), std::string::npos) << rk.out;
 }

@@ -369,6 +369,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     index.set_fact("title", spec.title);
     index.set_fact("paper", spec.paper);
     index.set_fact("level", spec.level);
+    index.set_fact("scale", spec.scale);
     index.set_fact("board", opt.board);
     index.set_fact("quick", opt.quick ? "1" : "0");
     index.set_fact("rounds", std::to_string(rounds));

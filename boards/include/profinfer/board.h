@@ -30,12 +30,15 @@ struct BoardProfile {
     std::string name, description, soc, arch;
     std::map<std::string, int> detect_parts;  // part id → number of CPUs with it
     std::vector<std::string> detect_models;   // substrings of the device-tree model
+    bool model_required = false;              // the model must match, not only be preferred
     std::vector<CoreCluster> clusters;
     std::vector<int> pin_cpus;                // inference threads' CPUs; empty: not pinned
     std::vector<int> threads;                 // thread counts to sweep
     std::vector<BoardCounter> counters;
     std::vector<std::string> backends;
     std::string backend_notes;
+    std::string scale;  // [reproduce] scale: the model scale its studies run at (empty: each spec's)
+    std::string note;   // [reproduce] note: what its results README must say first (e.g. emulated speed)
     uint64_t memory_bytes = 0;                // the machine's (host), 0 for a profile file
 
     // Throws profinfer::Error naming the file and key on a malformed profile.
