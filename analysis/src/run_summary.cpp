@@ -58,6 +58,19 @@ RunSummary RunSummary::load(store::Database& db) {
     if (db.scalar("SELECT count(*) FROM counters WHERE available = 1") > 0 && s.op_records > 0)
         s.counters_valid_share = double(db.scalar("SELECT count(*) FROM thread_parts WHERE c0 IS NOT NULL")) / double(s.op_records);
     {
+        const auto shown = db.counter_names();
+        store::Statement st(db.handle(), "SELECT name, available, coalesce(reason, '') FROM counters ORDER BY idx >= 0 DESC, idx");
+        while (st.step()) {
+            const std::string name = st.column_text(0);
+            std::string status = "unavailable: " + st.column_text(2);
+            if (st.column_int(1))
+                status = std::find(shown.begin(), shown.end(), name) != shown.end()
+                             ? "counted"
+                             : "opened, read 0 on every operator: not counted by this PMU (left out of the analyses)";
+            s.counters.emplace_back(name, status);
+        }
+    }
+    {
         store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'prefill' ORDER BY call LIMIT 1");
         if (st.step()) s.ttft_ms = st.column_int(0) / 1e6;
     }
@@ -102,6 +115,11 @@ nlohmann::json RunSummary::to_json() const {
         {"sched_wakeups", sched_wakeups},
         {"expert_records", expert_records},
         {"counters_valid_share", counters_valid_share},
+        {"counters", [&] {
+             auto a = nlohmann::json::array();
+             for (const auto& [n, st] : counters) a.push_back({{"name", n}, {"status", st}});
+             return a;
+         }()},
         {"op_strategy", m(K::OpStrategy)},
         {"struct_layout", m(K::StructLayout)},
         {"ttft_ms", ttft_ms ? nlohmann::json(*ttft_ms) : nlohmann::json(nullptr)},
@@ -145,6 +163,7 @@ std::string RunSummary::to_text() const {
     o
       << "probes attached " << attached_probes.size() << "\n";
     for (const auto& p : missing_probes) o << "probe missing   " << p << "\n";
+    for (const auto& [n, st] : counters) o << "counter         " << n << ": " << st << "\n";
     if (outside_calls > 0)
         o << "not counted     " << outside_calls << " nodes of graphs in flight when recording began (outside any recorded call)\n";
     return o.str();

@@ -31,6 +31,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "reports it incomplete"},
         {K::StructLayout, "struct_layout", "where the ggml struct offsets came from (DWARF, or the pinned table)"},
         {K::OpStrategy, "op_strategy", "how operator probes were placed in libggml-cpu"},
+        {K::CountersReadZero, "counters_read_zero",
+         "counters that opened but read 0 on every operator record (a PMU that does not count them, e.g. under an "
+         "emulator): left out of every analysis, never shown as a measurement; empty when all counted"},
         {K::WaitMethod, "wait_method", "--wait: exact, sampled or both"},
         {K::SampleHz, "sample_hz", "the sampling rate of --wait sampled"},
         {K::WaitRanges, "wait_ranges", "barrier code ranges the sampler classifies as waiting"},

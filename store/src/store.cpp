@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "profinfer/error.h"
@@ -262,9 +263,15 @@ Meta Database::meta() {
 
 std::vector<std::string> Database::counter_names() {
     std::vector<std::string> names(kCounterSlots);
+    // Opened but read 0 on every operator (meta counters_read_zero): not a measurement.
+    std::set<std::string> zero;
+    {
+        std::istringstream list(meta()[MetaKey::CountersReadZero]);
+        for (std::string n; std::getline(list, n, ',');) zero.insert(n);
+    }
     Statement st(db_, "SELECT idx, name FROM counters WHERE available = 1 AND idx >= 0");
     while (st.step())
-        if (st.column_int(0) < kCounterSlots) names[st.column_int(0)] = st.column_text(1);
+        if (st.column_int(0) < kCounterSlots && !zero.count(st.column_text(1))) names[st.column_int(0)] = st.column_text(1);
     return names;
 }
 

@@ -13,7 +13,6 @@
 
 #include "profinfer/error.h"
 #include "profinfer/events.h"
-#include "profinfer/events.h"
 
 namespace profinfer {
 
@@ -50,6 +49,11 @@ const std::map<std::string, Generic>& generic_events() {
 }
 
 }  // namespace
+
+bool counts_on_a_pmu(const CounterSpec& c) {
+    return c.source == PI_COUNTER_PERF && c.perf_type != PERF_TYPE_SOFTWARE && c.perf_type != PERF_TYPE_TRACEPOINT &&
+           c.perf_type != PERF_TYPE_BREAKPOINT;
+}
 
 bool resolve_counter(CounterSpec& c) {
     if (auto it = generic_events().find(c.name); it != generic_events().end()) {

@@ -47,6 +47,10 @@ private:
 // machine) without opening it; false, with the reason, for a name none of them knows.
 bool resolve_counter(CounterSpec& c);
 
+// C is counted by a PMU (hardware, cache, raw or a PMU libpfm4 named), not by the kernel in
+// software (a software event, or a fault count read from the thread's task_struct).
+bool counts_on_a_pmu(const CounterSpec& c);
+
 // Splits "a,b,c".
 std::vector<std::string> split_counter_list(const std::string& list);
 

@@ -353,6 +353,20 @@ int RecordingSession::finish(int status) {
                  " loader stop(s): the guardian resumed it, the libraries loaded then ran untraced until profinfer "
                  "went on";
     if (!error.empty()) set_meta(K::Error, error);
+    // A PMU counter that opened and read 0 on every operator (an emulated PMU, an event
+    // this core does not implement) is no measurement: said per event, left out of the
+    // analyses. Software events and page faults that read 0 did not happen: those stay.
+    if (p_.opts.level == TraceLevel::Full || !p_.opts.counters.empty()) {
+        std::string zero;
+        for (int slot : writer_->counter_slots_read_zero())
+            if (const CounterSpec* c = p_.program.counter(slot); c && counts_on_a_pmu(*c))
+                zero += (zero.empty() ? "" : ",") + c->name;
+        set_meta(K::CountersReadZero, zero);
+        if (!zero.empty() && !p_.opts.quiet)
+            std::cerr << "profinfer: counters opened but read 0 on every operator (not counted by this PMU; left out of "
+                         "the analyses): "
+                      << zero << "\n";
+    }
     // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
     set_meta(K::SchedPeerIdsRemoved, std::to_string(writer_->peers_removed()));
     set_meta(K::EndedAt, std::to_string(std::time(nullptr)));

@@ -87,6 +87,13 @@ void TraceWriter::flush_graph_nodes(size_t at_least) {
     pending.clear();
 }
 
+std::vector<int> TraceWriter::counter_slots_read_zero() const {
+    std::vector<int> out;
+    for (int c = 0; c < PI_MAX_COUNTERS; ++c)
+        if (counter_reads_[c] && !counter_nonzero_[c]) out.push_back(c);
+    return out;
+}
+
 void TraceWriter::write_ops(const pi_op_event& e) {
     store::OpRow rows[PI_OP_BATCH];
     for (uint32_t i = 0; i < e.n; ++i) {
@@ -98,7 +105,11 @@ void TraceWriter::write_ops(const pi_op_event& e) {
              i64(o.start_ns), i64(o.compute_end_ns), i64(o.end_ns), i64(o.tensor), std::nullopt, int64_t{o.barriers}, {}};
         if (o.fused_tensor) r.fused_tensor = i64(o.fused_tensor);
         for (int c = 0; c < PI_MAX_COUNTERS; ++c)
-            if (o.counters[c] != ~0ULL) r.counters[c] = i64(o.counters[c]);
+            if (o.counters[c] != ~0ULL) {
+                r.counters[c] = i64(o.counters[c]);
+                ++counter_reads_[c];
+                counter_nonzero_[c] |= o.counters[c] != 0;
+            }
     }
     const int64_t first_id = tables_.add_ops(rows, e.n);
     for (uint32_t i = 0; i < e.n; ++i)

@@ -81,6 +81,11 @@ void TracerProgram::open_counters() {
     if (!unavailable.empty() && !opts_.quiet) std::cerr << "profinfer: counters unavailable: " << unavailable << "\n";
 }
 
+const CounterSpec* TracerProgram::counter(int slot) const {
+    const auto active = counters_ ? counters_->active() : std::vector<const CounterSpec*>{};
+    return slot >= 0 && size_t(slot) < active.size() ? active[slot] : nullptr;
+}
+
 // The environment knobs of tests and cost measurements (docs/recording.md).
 void TracerProgram::read_knobs(bool has_gate) {
     // Threads with a node under way at once (slots are freed when a thread exits): four

@@ -53,6 +53,8 @@ public:
     uint64_t lost_total() const;            // of every kind
     uint64_t dropped(uint32_t kind) const;  // data cut inside records (PI_DROP_*)
     uint64_t guardian_resumes() const;
+    // The counter whose deltas are at SLOT of the op records (null past the active ones).
+    const CounterSpec* counter(int slot) const;
     // The guardian watches the loader-stop counters in the object's .bss.
     void hand_stops_to(TargetGuardian& guardian) const;
     // A launched command's tree: processes held at a loader stop, the target chosen among

@@ -37,6 +37,8 @@ struct RunSummary {
     int64_t ops_untraced_calls = 0;             // calls an operator gate (--budget, QoS) left out, or begun while the operator probes went in
     int64_t sched_switches = 0, sched_wakeups = 0, expert_records = 0;
     double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
+    // Each counter asked for: "counted", "read 0 on every operator: …" or "unavailable: reason".
+    std::vector<std::pair<std::string, std::string>> counters;
     std::optional<double> ttft_ms;         // duration of the first prefill call; none without one
     std::optional<double> median_tpot_ms;  // median duration of the decode calls; none without any
     store::RunHealth health;  // status as it really is, losses per kind

@@ -78,7 +78,8 @@ public:
     const std::filesystem::path& path() const { return path_; }
     int64_t scalar(const std::string& sql);  // first column of the first row, 0 if none
     Meta meta();
-    // The counters that filled ops columns c0.. : name by slot, "" where unused.
+    // The counters that filled ops columns c0.. : name by slot, "" where unused or where the
+    // counter read 0 on every operator (meta counters_read_zero: not a measurement).
     std::vector<std::string> counter_names();
     void set_meta(MetaKey key, const std::string& value);
 
