@@ -5,7 +5,9 @@
 #include <linux/bpf.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "profinfer/error.h"
 
@@ -50,6 +52,33 @@ KernelFeatures KernelFeatures::probe() {
     k.task_btf = probe_helper(BPF_FUNC_get_current_task_btf);
     k.for_each = probe_helper(BPF_FUNC_for_each_map_elem);
     return k;
+}
+
+int drop_atomic_fetch(bpf_object* obj) {
+    int rewritten = 0;
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, obj) {
+        const bpf_insn* code = bpf_program__insns(prog);
+        std::vector<bpf_insn> insns(code, code + bpf_program__insn_cnt(prog));
+        int here = 0;
+        for (auto& i : insns) {
+            if (BPF_CLASS(i.code) != BPF_STX || BPF_MODE(i.code) != BPF_ATOMIC || i.imm == BPF_ADD) continue;
+            if (i.imm != (BPF_ADD | BPF_FETCH))
+                throw Error(std::string("BPF program ") + bpf_program__name(prog) + " uses atomic operation 0x" +
+                            [&] {
+                                char b[16];
+                                std::snprintf(b, sizeof b, "%x", unsigned(i.imm));
+                                return std::string(b);
+                            }() +
+                            ", which this kernel's verifier refuses (before 5.12)");
+            i.imm = BPF_ADD;
+            ++here;
+        }
+        if (here && bpf_program__set_insns(prog, insns.data(), insns.size()) != 0)
+            throw Error(std::string("could not rewrite the atomic fetch-adds of BPF program ") + bpf_program__name(prog));
+        rewritten += here;
+    }
+    return rewritten;
 }
 
 std::string KernelFeatures::fallbacks() const {

@@ -1,6 +1,8 @@
 #pragma once
 #include <string>
 
+struct bpf_object;
+
 namespace profinfer {
 
 // What the running kernel's BPF verifier accepts, among what the tracer's programs use past
@@ -17,5 +19,14 @@ struct KernelFeatures {
     // The fallbacks in use, comma-separated ("atomic-fetch,task-btf,for-each"), or "none".
     std::string fallbacks() const;
 };
+
+// Kernels before 5.12 refuse a program holding an atomic with BPF_FETCH anywhere — the check
+// runs over every instruction before the verifier prunes the branches a rodata constant
+// rules out — so where atomic_fetch is missing, each fetch-add of OBJ (opened, not loaded)
+// becomes the plain atomic add 5.10 accepts. Only has_atomic_fetch's branch holds them (the
+// fallback beside it is what runs), so the rewritten instruction is never reached. Any
+// other atomic (and, or, xor, xchg, cmpxchg: all 5.12) is an error naming its program.
+// Returns the instructions rewritten.
+int drop_atomic_fetch(bpf_object* obj);
 
 }  // namespace profinfer

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "profinfer/events.h"
+#include "kernel_features.h"
 #include "tracer_bpf.skel.h"
 
 namespace {
@@ -51,5 +52,28 @@ TEST(BpfObject, OpensWithEveryProgramAndThisArchitecturesRegisters) {
 #endif
     // The fallback for kernels before 5.14 carries its own flavour of task_struct.
     EXPECT_GE(struct_member(b, "task_struct___pre_5_14", "state"), 0);
+    tracer_bpf__destroy(skel);
+}
+
+// For kernels before 5.12 (the boards' 5.10): the object's fetch-adds — in the branches
+// has_atomic_fetch rules out — become plain atomic adds, and no fetch is left anywhere
+// (5.10 refuses the whole program for one, reached or not).
+TEST(BpfObject, FetchAddsAreRewrittenForKernelsWithoutThem) {
+    tracer_bpf* skel = tracer_bpf__open();
+    ASSERT_NE(skel, nullptr);
+    auto fetches = [&] {
+        int n = 0;
+        bpf_program* p;
+        bpf_object__for_each_program(p, skel->obj) {
+            const bpf_insn* code = bpf_program__insns(p);
+            for (size_t i = 0; i < bpf_program__insn_cnt(p); ++i)
+                n += BPF_CLASS(code[i].code) == BPF_STX && BPF_MODE(code[i].code) == BPF_ATOMIC && (code[i].imm & BPF_FETCH);
+        }
+        return n;
+    };
+    const int before = fetches();
+    EXPECT_GT(before, 0) << "graph numbers and decode-call windows use a fetch-add where the kernel has one";
+    EXPECT_EQ(profinfer::drop_atomic_fetch(skel->obj), before);
+    EXPECT_EQ(fetches(), 0);
     tracer_bpf__destroy(skel);
 }
