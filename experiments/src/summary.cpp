@@ -904,6 +904,14 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         if (series.empty()) continue;
         const bool log_y = lo_all > 0 && hi_all / lo_all >= 30;  // values spanning decades
         const std::string unit = unit_of(metric);
+        // Categories that differ between series (a study of several programs, each with its
+        // own configurations): a panel per series with only its own categories, not one row
+        // of mostly empty clusters.
+        const bool panels = !x_numeric && series.size() > 1 &&
+                            std::any_of(series.begin(), series.end(), [&](const auto& s) { return s.second.size() < xs.size(); });
+        const int cols = series.size() > 2 ? 2 : int(series.size());
+        const int rows = (int(series.size()) + cols - 1) / cols;
+        const int height = 360 * rows + 80;  // panels: pixels (room for rotated labels, titles, caption)
         auto f = plot.draw(spec.name + "-" + metric, spec.title + ": " + metric, [&](Gnuplot& gp) {
             static const std::map<std::string, std::string> kParamUnit = {
                 {"ctx", "tokens in the KV cache"}, {"prompt", "tokens"}, {"gen", "tokens"}, {"threads", "threads"},
@@ -911,7 +919,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             const auto xu = kParamUnit.find(spec.x);
             gp << "set xlabel " << gnuplot_quote(spec.x + (xu == kParamUnit.end() ? "" : " (" + xu->second + ")")) << "\nset ylabel "
                << gnuplot_quote(metric + (unit.empty() ? "" : " (" + unit + ")")) << "\n";
-            Plotter::caption(gp, caption);
+            if (!panels) Plotter::caption(gp, caption);  // panels: under the title
             gp << (log_y ? "set logscale y\n" : "set yrange [0:*]\n");
             if (x_numeric) {
                 // Ticks at the values measured (no "1.5 threads"), the outer points off the border.
@@ -945,6 +953,29 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                     gp.send1d(pts);
                 }
                 if (!roof.empty()) gp.send1d(roof);
+            } else if (panels) {
+                // The caption under the last row (drawn with the first panel, at screen
+                // coordinates); x is the panel's categories, named in its title.
+                gp << "unset title\nunset xlabel\nset multiplot layout " << rows << "," << cols << " title "
+                   << gnuplot_quote(spec.title + ": " + metric) << " margins 0.07, 0.98, " << 105.0 / height << ", "
+                   << 1 - 70.0 / height << " spacing 0.08, " << 115.0 / height << "\n"
+                   << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
+                      "set style fill solid 0.5 border -1\nset xtics rotate by -30\nunset key\n"
+                   << "set label 99 " << gnuplot_quote(caption) << " at screen 0.01, screen 0.015 left font ',8'\n";
+                int k = 0;
+                for (const auto& [name, by_x] : series) {
+                    gp << (k ? "unset label 99\n" : "") << "set title " << gnuplot_quote(spec.x + " — " + name)
+                       << "\nplot '-' using 3:4:5:xtic(2) lc " << ++k << "\n";
+                    int i = 0;
+                    for (const auto& x : xs)
+                        if (auto it = by_x.find(x); it != by_x.end()) {
+                            const Interval& iv = it->second;
+                            gp << i++ << " " << gnuplot_label(category_label(spec.x, x)) << " " << iv.median << " "
+                               << (iv.has_interval() ? iv.lo : iv.median) << " " << (iv.has_interval() ? iv.hi : iv.median) << "\n";
+                        }
+                    gp << "e\n";
+                }
+                gp << "unset multiplot\n";
             } else {
                 // Categories: clustered bars, one per series, with the interval as an error bar.
                 gp << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
@@ -970,7 +1001,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                     gp << "e\n";
                 }
             }
-        });
+        }, panels ? std::pair{1000, height} : std::pair{900, 500});
         written.push_back(f.png);
         written.push_back(f.svg);
     }

@@ -18,11 +18,13 @@ class Plotter {
 public:
     explicit Plotter(std::filesystem::path dir) : dir_(std::move(dir)) { std::filesystem::create_directories(dir_); }
 
+    // SIZE: the canvas in pixels (taller for a figure of several panels).
     template <class Body>
-    Figure draw(const std::string& id, const std::string& title, Body body) {
+    Figure draw(const std::string& id, const std::string& title, Body body, std::pair<int, int> size = {900, 500}) {
         Figure f{id, title, dir_ / (id + ".png"), dir_ / (id + ".svg")};
-        for (auto [term, out] : {std::pair{"pngcairo size 900,500 font 'DejaVu Sans,10'", f.png},
-                                 std::pair{"svg size 900,500 dynamic font 'DejaVu Sans,10'", f.svg}}) {
+        const std::string wh = std::to_string(size.first) + "," + std::to_string(size.second);
+        for (auto [term, out] : {std::pair{"pngcairo size " + wh + " font 'DejaVu Sans,10'", f.png},
+                                 std::pair{"svg size " + wh + " dynamic font 'DejaVu Sans,10'", f.svg}}) {
             PipedProcess gnuplot({"gnuplot"});
             {
                 Gnuplot gp(gnuplot.release_input());  // closing it ends gnuplot's script
