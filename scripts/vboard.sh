@@ -75,6 +75,8 @@ cmd_image() {
     --customize-hook='printf "/dev/vda / ext4 rw,relatime 0 1\nrepo '"$REPO"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\ncache '"$CACHE"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\n" > "$1/etc/fstab"' \
     --customize-hook='mkdir -p "$1'"$REPO"'" "$1'"$CACHE"'" "$1/root/.ssh"' \
     --customize-hook='echo 9pnet_virtio > "$1/etc/modules-load.d/9p.conf"' \
+    --customize-hook='printf "#!/bin/sh\n# build-arm64 names qemu-aarch64-static as its tests emulator: here they run as they are.\nexec \"\$@\"\n" > "$1/usr/local/bin/qemu-aarch64-static"' \
+    --customize-hook='chmod +x "$1/usr/local/bin/qemu-aarch64-static"' \
     --customize-hook='cp '"$KEY.pub"' "$1/root/.ssh/authorized_keys"' \
     --customize-hook='printf "[Match]\nName=eth0 en*\n[Network]\nDHCP=yes\n" > "$1/etc/systemd/network/10-dhcp.network"' \
     --customize-hook='chroot "$1" systemctl enable systemd-networkd ssh' \
