@@ -201,6 +201,33 @@ TEST(RecordFull, SchedulerEventsOfTargetThreads) {
 // a few switches of thousands.
 TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
     PROFINFER_REQUIRE_BPF();
+    // The 3-argument program alone, as kernels before 5.18 (the boards' 5.10) run it.
+    TempDir d3;
+    auto old = record(d3, {"--level", "full"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"},
+                      {{"PROFINFER_SCHED_SWITCH", "3arg"}});
+    ASSERT_EQ(old.result.status, 0) << old.result.err;
+    store::Database db3(old.db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db3.meta()[store::MetaKey::SchedSwitchProgram], "3arg");
+    EXPECT_GT(db3.scalar("SELECT count(*) FROM sched_switch WHERE prev_state != 0"), 0);
+    // Which one this kernel's tracepoint takes, as the recorder chose it by default.
+    TempDir dk;
+    auto chosen = record(dk, {"--level", "full"},
+                         {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "2", "Hello"});
+    ASSERT_EQ(chosen.result.status, 0) << chosen.result.err;
+    const std::string program = store::Database(chosen.db, store::Database::Mode::ReadOnly).meta()[store::MetaKey::SchedSwitchProgram];
+    if (program == "3arg") {
+        // A kernel whose sched_switch passes 3 arguments cannot load the 4-argument
+        // program: the comparison needs a newer kernel, and asking for it says so.
+        TempDir db;
+        auto both = record(db, {"--level", "full"},
+                           {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "2", "Hello"},
+                           {{"PROFINFER_SCHED_SWITCH", "both"}});
+        EXPECT_NE(both.result.status, 0);
+        EXPECT_NE(both.result.err.find("only 3arg loads here"), std::string::npos) << both.result.err;
+        return;
+    }
+    ASSERT_EQ(program, "4arg");
     TempDir d;
     auto rec = record(d, {"--level", "full"},
                       {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "32", "Hello"},
@@ -231,14 +258,6 @@ TEST(RecordFull, SchedSwitchFallbackForOlderKernelsAgreesWithTheArgument) {
     }
     EXPECT_GT(sleeping, 0);  // the check saw real sleep states, not only zeros
     EXPECT_LE(woken_meanwhile * 10, sleeping) << "the two programs disagree on most sleeping switches";
-    TempDir d3;
-    auto old = record(d3, {"--level", "full"},
-                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "8", "Hello"},
-                      {{"PROFINFER_SCHED_SWITCH", "3arg"}});
-    ASSERT_EQ(old.result.status, 0) << old.result.err;
-    store::Database db3(old.db, store::Database::Mode::ReadOnly);
-    EXPECT_EQ(db3.meta()[store::MetaKey::SchedSwitchProgram], "3arg");
-    EXPECT_GT(db3.scalar("SELECT count(*) FROM sched_switch WHERE prev_state != 0"), 0);
 }
 
 // The boards' vendor kernels (5.10) lack what the programs use on newer ones: an atomic
@@ -313,7 +332,9 @@ TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {
     // a warm run (model resident) faults less.
     ASSERT_GT(paged_back, 0) << "the page-out left the model resident here: nothing to measure";
     EXPECT_GE(cold, 1);
-    EXPECT_LE(cold, paged_back);
+    // Faults on other files (libraries read over a network filesystem, as on the virtual
+    // boards' 9p) happen warm too: the warm run's count bounds them.
+    EXPECT_LE(cold, paged_back + warm);
     EXPECT_LT(warm, cold);
     RecordProperty("cold_major_faults", std::to_string(cold));
     RecordProperty("pages_paged_back", std::to_string(paged_back));

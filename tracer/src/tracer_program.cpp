@@ -132,8 +132,12 @@ void TracerProgram::load(ProbeAttacher& probes) {
     // (every switch recorded twice), for the test that checks one against the other.
     const bool want_switch = sched || n_active > 0;
     const std::string forced = std::getenv("PROFINFER_SCHED_SWITCH") ? std::getenv("PROFINFER_SCHED_SWITCH") : "";
-    const bool three_args = forced.empty() ? tracepoint_arg_count("sched_switch") == 3 : forced != "4arg";
+    const bool kernel_three = tracepoint_arg_count("sched_switch") == 3;
+    const bool three_args = forced.empty() ? kernel_three : forced != "4arg";
     const bool four_args = forced.empty() ? !three_args : forced != "3arg";
+    if (want_switch && four_args && kernel_three)
+        throw Error("PROFINFER_SCHED_SWITCH=" + forced + " loads the 4-argument sched_switch program, but this kernel's "
+                    "sched_switch passes 3 (prev_state is an argument from 5.18): only 3arg loads here");
     bpf_program__set_autoload(skel_->progs.sched_switch, want_switch && four_args);
     bpf_program__set_autoload(skel_->progs.sched_switch_3arg, want_switch && three_args);
     if (want_switch)
@@ -153,9 +157,12 @@ void TracerProgram::load(ProbeAttacher& probes) {
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
     int err = tracer_bpf__load(skel_);
     if (err) {
-        if (err == -EPERM || err == -EACCES)
+        if ((err == -EPERM || err == -EACCES) && geteuid() != 0)
             throw Error("loading BPF programs was refused: run as root, or grant CAP_BPF, CAP_PERFMON and "
                         "CAP_SYS_ADMIN (see docs/reliability.md)");
+        if (err == -EPERM || err == -EACCES)
+            throw Error("the kernel's verifier refused the BPF programs (" + std::string(std::strerror(-err)) +
+                        "; PROFINFER_LIBBPF_VERBOSE=1 prints its log)");
         throw Error(std::string("loading BPF programs failed: ") + std::strerror(-err));
     }
     for (size_t c = 0; c < n_active; ++c)
