@@ -43,6 +43,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::SchedPeers, "sched_peers", "--sched-peers: what is kept of other processes' threads"},
         {K::SchedPeerIdsRemoved, "sched_peer_ids_removed",
          "scheduler rows whose other side --sched-peers left out (tgid and tid -1; with none, comm empty)"},
+        {K::OpDuplicatesDropped, "op_duplicates_dropped",
+         "operator records dropped as a second end of the same node on the same thread (the graph's return and the "
+         "thread's own exit or next node ending it at once)"},
         {K::Consumer, "consumer", "the ring-buffer consumer: normal, or idle (scheduled only when the CPU is free)"},
         {K::ConsumerBoosts, "consumer_boosts", "times the idle consumer was raised to drain a filling buffer"},
         {K::RecorderCpuMs, "recorder_cpu_ms",

@@ -369,6 +369,7 @@ int RecordingSession::finish(int status) {
     }
     // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
     set_meta(K::SchedPeerIdsRemoved, std::to_string(writer_->peers_removed()));
+    set_meta(K::OpDuplicatesDropped, std::to_string(writer_->op_duplicates()));
     set_meta(K::EndedAt, std::to_string(std::time(nullptr)));
     set_meta(K::Status, store::to_string(rs));
     writer_->commit();

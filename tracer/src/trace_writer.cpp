@@ -96,11 +96,24 @@ std::vector<int> TraceWriter::counter_slots_read_zero() const {
 
 void TraceWriter::write_ops(const pi_op_event& e) {
     store::OpRow rows[PI_OP_BATCH];
+    const pi_op_entry* kept[PI_OP_BATCH];
+    uint32_t n = 0;
     for (uint32_t i = 0; i < e.n; ++i) {
         const pi_op_entry& o = e.ops[i];
+        // A thread's last node of a graph can be ended twice: by the graph's return on
+        // thread 0's CPU and, at the same moment, by its own exit or next node on its CPU
+        // (both see it under way; an emulator's stalled vCPUs widen that window to ms).
+        // The second record repeats the first's thread, node and start: it is dropped.
+        auto& last = last_op_[e.h.tid];
+        if (last.start_ns == o.start_ns && last.tensor == o.tensor && last.graph_seq == o.graph_seq) {
+            ++op_duplicates_;
+            continue;
+        }
+        last = {o.graph_seq, o.tensor, o.start_ns};
         note_node(o.graph_seq, o.tensor);
         if (o.fused_tensor) note_node(o.graph_seq, o.fused_tensor);
-        store::OpRow& r = rows[i];
+        kept[n] = &o;
+        store::OpRow& r = rows[n++];
         r = {i64(o.graph_seq), int64_t{e.h.tid}, int64_t{o.ith}, int64_t{o.nth}, int64_t{o.start_cpu}, int64_t{o.end_cpu},
              i64(o.start_ns), i64(o.compute_end_ns), i64(o.end_ns), i64(o.tensor), std::nullopt, int64_t{o.barriers}, {}};
         if (o.fused_tensor) r.fused_tensor = i64(o.fused_tensor);
@@ -111,9 +124,10 @@ void TraceWriter::write_ops(const pi_op_event& e) {
                 counter_nonzero_[c] |= o.counters[c] != 0;
             }
     }
-    const int64_t first_id = tables_.add_ops(rows, e.n);
-    for (uint32_t i = 0; i < e.n; ++i)
-        if (const pi_op_entry& o = e.ops[i]; o.samples)
+    if (!n) return;
+    const int64_t first_id = tables_.add_ops(rows, n);
+    for (uint32_t i = 0; i < n; ++i)
+        if (const pi_op_entry& o = *kept[i]; o.samples)
             tables_.add(store::OpSamplesRow{first_id + int64_t(i), int64_t{o.samples}, int64_t{o.wait_samples},
                                             int64_t{o.barrier_state_samples}});
 }

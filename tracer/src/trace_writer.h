@@ -34,6 +34,8 @@ public:
         return it == counts_.end() ? 0 : it->second;
     }
     uint64_t malformed() const { return malformed_; }
+    // Operator records dropped as a second end of the same node on the same thread.
+    uint64_t op_duplicates() const { return op_duplicates_; }
     // Counter slots (order of the op records' deltas) that had values and read 0 every time.
     std::vector<int> counter_slots_read_zero() const;
     // Scheduler counterparts whose identity was left out (--sched-peers).
@@ -59,6 +61,11 @@ private:
     std::unordered_map<uint64_t, uint64_t> node_written_in_; // tensor → graph of its last graph_nodes row
     std::vector<store::GraphNodeRow> pending_graph_nodes_;
     uint64_t malformed_ = 0;
+    struct LastOp {
+        uint64_t graph_seq = 0, tensor = 0, start_ns = 0;
+    };
+    std::unordered_map<uint32_t, LastOp> last_op_;  // per thread, its last operator record kept
+    uint64_t op_duplicates_ = 0;
     uint64_t counter_reads_[PI_MAX_COUNTERS] = {};  // op records with a value, per slot
     bool counter_nonzero_[PI_MAX_COUNTERS] = {};
 };

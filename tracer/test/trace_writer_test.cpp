@@ -54,3 +54,32 @@ TEST(TraceWriterCounters, ReadZeroCountersAreLeftOutOfTheAnalyses) {
     EXPECT_EQ(names[0], "r11");
     EXPECT_EQ(names[1], "");
 }
+
+// A node ended twice on one thread (the graph's return and the thread's own exit at once,
+// seen on the virtual boards) arrives as two records with the same start: one row is kept.
+TEST(TraceWriterCounters, ASecondEndOfTheSameNodeIsDropped) {
+    test::TempDir dir;
+    store::Database db(dir.path() / "t.db", store::Database::Mode::Create);
+    store::TraceTables tables(db);
+    TraceWriter w(tables, GgmlLayout::builtin(), SchedPeers::Comm);
+    auto entry = [](uint64_t tensor, uint64_t start, uint64_t end) {
+        pi_op_entry e{};
+        e.graph_seq = 3, e.tensor = tensor, e.ith = 1, e.nth = 2, e.start_ns = start, e.compute_end_ns = end, e.end_ns = end;
+        for (auto& c : e.counters) c = ~0ULL;
+        return e;
+    };
+    auto a = bench::record<pi_op_event>(PI_EV_OP, 102);
+    a.ops[a.n++] = entry(0x1000, 100, 200);
+    a.ops[a.n++] = entry(0x1100, 200, 300);  // ended by the graph's return
+    w.write(&a, sizeof a);
+    auto b = bench::record<pi_op_event>(PI_EV_OP, 102);
+    b.ops[b.n++] = entry(0x1100, 200, 390);  // and again by the thread's exit
+    w.write(&b, sizeof b);
+    auto c = bench::record<pi_op_event>(PI_EV_OP, 103);
+    c.ops[c.n++] = entry(0x1100, 200, 310);  // another thread, same node and start: kept
+    w.write(&c, sizeof c);
+    w.commit();
+    EXPECT_EQ(w.op_duplicates(), 1u);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM ops"), 3);
+    EXPECT_EQ(db.scalar("SELECT end_ns FROM ops WHERE tid = 102 AND tensor = 4352"), 300);
+}

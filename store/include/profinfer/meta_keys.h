@@ -20,7 +20,7 @@ enum class MetaKey {
     // the recorder process (a run marked running whose recorder is gone is incomplete)
     RecorderPid, RecorderStart,
     // how it recorded
-    StructLayout, OpStrategy, CountersReadZero, WaitMethod, SampleHz, WaitRanges, SchedSwitchProgram, KernelFallbacks, SchedPeers, SchedPeerIdsRemoved,
+    StructLayout, OpStrategy, CountersReadZero, WaitMethod, SampleHz, WaitRanges, SchedSwitchProgram, KernelFallbacks, SchedPeers, SchedPeerIdsRemoved, OpDuplicatesDropped,
     Consumer, ConsumerBoosts, RecorderCpuMs, RecorderWakeups, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
     // --qos-min-tps and --budget
     QosMinTps, BudgetPct, BudgetCostPct, BudgetSwitchCostPct, BudgetGapCalls, BudgetWindowCostCalls,
