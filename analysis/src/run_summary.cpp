@@ -66,7 +66,8 @@ RunSummary RunSummary::load(store::Database& db) {
             if (st.column_int(1))
                 status = std::find(shown.begin(), shown.end(), name) != shown.end()
                              ? "counted"
-                             : "opened, read 0 on every operator: not counted by this PMU (left out of the analyses)";
+                             : "opened, read 0 on every operator: not counted by this PMU, or the event never "
+                               "occurred (left out of the analyses)";
             s.counters.emplace_back(name, status);
         }
     }

@@ -363,8 +363,8 @@ int RecordingSession::finish(int status) {
                 zero += (zero.empty() ? "" : ",") + c->name;
         set_meta(K::CountersReadZero, zero);
         if (!zero.empty() && !p_.opts.quiet)
-            std::cerr << "profinfer: counters opened but read 0 on every operator (not counted by this PMU; left out of "
-                         "the analyses): "
+            std::cerr << "profinfer: counters opened but read 0 on every operator (not counted by this PMU, or the "
+                         "event never occurred; left out of the analyses): "
                       << zero << "\n";
     }
     // Left out by choice (--sched-peers), not lost: said in meta, not in lost_events.
