@@ -96,6 +96,15 @@ Table stats_table(store::Database& db, const std::string& by) {
                     "coalesce(t.attn, 0) / 1e6, 100.0 * coalesce(t.mm, 0) / max(1, coalesce(t.op, 0)) "
                     "FROM calls c LEFT JOIN t ON t.call = c.call ORDER BY c.call");
     }
+    if (by == "block") {
+        // Per layer and logical block (view block_times: attention, ffn or moe, and the
+        // rest outside the layers): operator time, per call that ran it, and share.
+        return rows({"layer", "block", "nodes", "total_ms", "ms_per_call", "share_pct"},
+                    "SELECT block_layer, block, count(*), sum(dur_ns) / 1e6, sum(dur_ns) / 1e6 / count(DISTINCT call), "
+                    "100.0 * sum(dur_ns) / (SELECT max(1, sum(dur_ns)) FROM node_times) "
+                    "FROM block_times GROUP BY block_layer, block "
+                    "ORDER BY block_layer IS NULL, block_layer, block = 'rest', block");
+    }
     if (by == "gpu") {
         // The host side of a GPU-API backend (gpu_events): per kind, and per op type for the
         // dispatches — what the host spent recording, submitting and waiting for the device.

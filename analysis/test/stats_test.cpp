@@ -123,6 +123,23 @@ TEST(Stats, ByExpertCountsEveryActivation) {
                         "BETWEEN t.start_ns AND t.end_ns)"));
 }
 
+// stat --by block on a recording of each tiny architecture (dense LLaMA, Qwen 2 with biases,
+// Gemma 2 with its post-norms and unsuffixed nodes, the Qwen MoE).
+TEST(Stats, ByBlockTilesEachCallOnEveryArchitecture) {
+    for (const char* name : {"llama3.2-1b-full", "qwen2.5-1.5b-full", "gemma2-2b-full", "qwen1.5-moe-a2.7b-full"}) {
+        const bool moe = std::string(name).find("moe") != std::string::npos;
+        expect_blocks_tile_each_call(golden_trace(name), 2, moe, name);
+        auto t = stats_table(*open_trace(golden_trace(name)), "block").to_json();
+        ASSERT_EQ(t.size(), 5u) << name;  // two layers × two blocks, and the rest
+        double share = 0;
+        for (const auto& r : t) share += num(r["share_pct"]);
+        EXPECT_NEAR(share, 100.0, 0.01) << name;
+        EXPECT_EQ(t[0]["block"], "attention") << name;
+        EXPECT_EQ(t[1]["block"], moe ? "moe" : "ffn") << name;
+        EXPECT_EQ(t[4]["block"], "rest") << name;
+    }
+}
+
 TEST(Stats, FormatsAndErrors) {
     auto csv = run({profinfer_bin(), "stat", moe_recording(), "--by", "op", "--format", "csv"});
     ASSERT_EQ(csv.status, 0) << csv.err;

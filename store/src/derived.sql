@@ -97,3 +97,39 @@ CREATE TEMP VIEW expert_uses AS
 SELECT e.graph_seq, cg.call, e.tensor, e.name, n.base, n.layer, e.token, e.slot, e.expert
 FROM experts e JOIN call_graphs cg ON cg.graph_seq = e.graph_seq
      LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor;
+
+-- The logical block of each node of a recorded call (llama.cpp's op-profiler request #9659:
+-- "the same mat_mul from attention or MLP"), from names and order within the call — a call
+-- may run several graphs (a graph per backend split; one per node under an eval callback).
+-- block_layer: the layer of the last layer-suffixed node at or before it in its call
+-- (llama.cpp leaves some nodes of a layer unnamed — FLASH_ATTN_EXT, the attention output
+-- MatMul — or unsuffixed — Gemma 2's ffn_post_norm), NULL before the first layer
+-- (embeddings) and after the call's last layer-suffixed node (output norm, LM head).
+-- block: 'attention' from the layer's first node to the residual ADD that closes attention
+-- (ffn_inp-L; sa_out-L in Gemma 2, after its post-attention norm) inclusive — norm, Q/K/V,
+-- RoPE, KV-cache writes, KQ, softmax, KQV, output projection; then 'moe' when the layer has
+-- a MUL_MAT_ID node (router, experts, shared expert), else 'ffn'; 'rest' outside the layers,
+-- or in a layer with no such ADD. Order: graph_seq, then graph_nodes' id (a graph's nodes in
+-- the order its records first named them, which is the graph's: every thread walks the
+-- nodes in order).
+CREATE TEMP VIEW node_blocks AS
+WITH o AS (SELECT call, graph_seq, tensor, id, layer, base, op,
+                  count(layer) OVER (PARTITION BY call ORDER BY graph_seq, id) AS run,
+                  max(CASE WHEN layer IS NOT NULL THEN graph_seq * 4294967296 + id END) OVER (PARTITION BY call) AS last_layered
+           FROM call_nodes),
+     l AS (SELECT o.*, CASE WHEN run > 0 AND graph_seq * 4294967296 + id <= last_layered
+                            THEN max(layer) OVER (PARTITION BY call, run) END AS block_layer FROM o),
+     s AS (SELECT call, block_layer,
+                  min(CASE WHEN base IN ('ffn_inp', 'sa_out') AND layer = block_layer THEN graph_seq * 4294967296 + id END) AS split,
+                  max(op = 'MUL_MAT_ID') AS moe
+           FROM l WHERE block_layer IS NOT NULL GROUP BY call, block_layer)
+SELECT l.call, l.graph_seq, l.tensor, l.id, l.block_layer,
+       CASE WHEN s.split IS NULL THEN 'rest' WHEN l.graph_seq * 4294967296 + l.id <= s.split THEN 'attention'
+            WHEN s.moe THEN 'moe' ELSE 'ffn' END AS block
+FROM l LEFT JOIN s ON s.call = l.call AND s.block_layer = l.block_layer;
+
+-- Operator time (node_times) with each node's block: per call, the blocks' times add up
+-- to the call's operator time.
+CREATE TEMP VIEW block_times AS
+SELECT t.*, b.block_layer, b.block
+FROM node_times t JOIN node_blocks b ON b.graph_seq = t.graph_seq AND b.tensor = t.tensor;

@@ -531,3 +531,18 @@ TEST(RecordOps, NoOperatorMovesBytesFasterThanTheMemoryRoof) {
         EXPECT_GT(rows, 10) << card;
     }
 }
+
+// stat --by block on fresh recordings of every tiny architecture by the pinned llama.cpp
+// (flash attention off: the KQ, softmax and KQV nodes are named), not only the goldens.
+TEST(RecordOps, BlocksTileEachCallOnEveryTinyArchitecture) {
+    PROFINFER_REQUIRE_BPF();
+    for (const char* card : {"llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b", "qwen1.5-moe-a2.7b"}) {
+        TempDir r;
+        auto rec = record(r, {"--level", "op"}, {graph_dump_bin(), tiny_model(card), "Hello world", "8", "2"});
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        expect_blocks_tile_each_call(rec.db, 2, std::string(card) == "qwen1.5-moe-a2.7b", card);
+        auto stat = run({profinfer_bin(), "stat", rec.db.string(), "--by", "block", "--format", "csv"});
+        ASSERT_EQ(stat.status, 0) << stat.err;
+        EXPECT_NE(stat.out.find("layer,block,nodes,total_ms,ms_per_call,share_pct"), std::string::npos) << stat.out;
+    }
+}

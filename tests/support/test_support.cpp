@@ -40,6 +40,40 @@ int64_t scalar_or_zero(const fs::path& db, const std::string& sql) {
     }
 }
 
+void expect_blocks_tile_each_call(const fs::path& db, int layers, bool moe, const std::string& label) {
+    store::Database d(db, store::Database::Mode::ReadOnly);
+    const int64_t nodes = d.scalar("SELECT count(*) FROM node_times");
+    ASSERT_GT(nodes, 0) << label;
+    EXPECT_EQ(d.scalar("SELECT count(*) FROM block_times"), nodes) << label;
+    EXPECT_EQ(d.scalar("SELECT count(*) FROM (SELECT DISTINCT graph_seq, tensor FROM block_times)"), nodes) << label;
+    // Per call, to the nanosecond.
+    EXPECT_EQ(d.scalar("SELECT count(*) FROM (SELECT call, sum(dur_ns) AS s FROM node_times GROUP BY call) n "
+                       "LEFT JOIN (SELECT call, sum(dur_ns) AS s FROM block_times GROUP BY call) b ON b.call = n.call "
+                       "WHERE b.s IS NOT n.s"),
+              0)
+        << label << ": a call whose blocks do not add up to its operator time";
+    EXPECT_EQ(d.scalar("SELECT count(DISTINCT block_layer) FROM block_times"), layers) << label;
+    EXPECT_EQ(d.scalar("SELECT max(block_layer) FROM block_times"), layers - 1) << label;
+    const std::string mlp = moe ? "moe" : "ffn";
+    for (int l = 0; l < layers; ++l) {
+        const std::string L = std::to_string(l), at = " FROM block_times WHERE block_layer = " + L;
+        EXPECT_GT(d.scalar("SELECT count(*)" + at + " AND block = 'attention' AND attention"), 0) << label << " layer " << L;
+        EXPECT_GT(d.scalar("SELECT count(*)" + at + " AND block = 'attention' AND base IN ('Qcur', 'Kcur', 'Vcur')"), 0)
+            << label << " layer " << L;
+        EXPECT_EQ(d.scalar("SELECT count(*)" + at + " AND block != 'attention' AND (attention OR base IN ('Qcur', 'Kcur', 'Vcur'))"), 0)
+            << label << " layer " << L << ": attention outside its block";
+        EXPECT_GT(d.scalar("SELECT count(*)" + at + " AND block = '" + mlp + "' AND base = 'ffn_out'"), 0) << label << " layer " << L;
+        EXPECT_EQ(d.scalar("SELECT count(*)" + at + " AND block NOT IN ('attention', '" + mlp + "')"), 0)
+            << label << " layer " << L << ": a node in neither block";
+    }
+    EXPECT_EQ(d.scalar("SELECT count(*) FROM block_times WHERE op = 'MUL_MAT_ID' AND block != 'moe'"), 0) << label;
+    EXPECT_GT(d.scalar("SELECT count(*) FROM block_times WHERE block = 'rest' AND block_layer IS NULL "
+                       "AND base IN ('result_norm', 'result_output')"),
+              0)
+        << label << ": the output head is not in the rest";
+    EXPECT_EQ(d.scalar("SELECT count(*) FROM block_times WHERE block = 'rest' AND block_layer IS NOT NULL"), 0) << label;
+}
+
 namespace {
 [[noreturn]] void exec_argv(const std::vector<std::string>& argv) {
     std::vector<char*> args;

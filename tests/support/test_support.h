@@ -83,6 +83,12 @@ std::vector<DumpNode> parse_graph_dump(const std::string& out);
 // thread slots.
 void expect_calls_match_dump(const RunResult& result, const std::filesystem::path& db, int n_calls, int n_threads);
 
+// The logical blocks of a recording (view block_times, stat --by block) on an architecture
+// with LAYERS layers: every computed node in exactly one block, the blocks' times adding up to
+// each call's operator time, and each layer's attention and FFN (or MoE) where they belong —
+// Q/K/V and the attention core in attention, ffn_out after it, the output head outside the layers.
+void expect_blocks_tile_each_call(const std::filesystem::path& db, int layers, bool moe, const std::string& label);
+
 // A tmpfs of SIZE ("4k", "8m") mounted on DIR (made if missing) for the scope (root only):
 // ok says whether the mount worked.
 struct TmpfsMount {
