@@ -1,5 +1,6 @@
 #include "profinfer/store.h"
 
+#include <mntent.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -178,12 +179,37 @@ Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
     }
 }
 
+// A file system where SQLite's write-ahead log cannot work: the log's index is a file mapped
+// shared by every connection (-shm), which network and virtual file systems do not keep
+// coherent — SQLite's documentation says so for network file systems, and on 9p (a
+// virtual board's shared checkout) the first write fails with "disk I/O error". Judged by the
+// mount's type in /proc/self/mounts: 9p passes the host's statfs type through (ext4).
+bool wal_unsafe_filesystem(const std::filesystem::path& db) {
+    std::error_code ec;
+    const auto dir = std::filesystem::weakly_canonical(std::filesystem::absolute(db, ec).parent_path(), ec).string();
+    FILE* mounts = setmntent("/proc/self/mounts", "r");
+    if (!mounts) return false;
+    std::string type;
+    size_t best = 0;
+    while (const mntent* m = getmntent(mounts)) {
+        const std::string at = m->mnt_dir;
+        const bool under = dir == at || at == "/" ||
+                           (dir.size() > at.size() && dir.compare(0, at.size(), at) == 0 && dir[at.size()] == '/');
+        if (under && at.size() >= best) best = at.size(), type = m->mnt_type;
+    }
+    endmntent(mounts);
+    static const std::set<std::string> unsafe = {"9p", "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "afs", "fuse.sshfs"};
+    return unsafe.count(type) || type.rfind("fuse.", 0) == 0;
+}
+
 void Database::initialise(Mode mode) {
     const std::filesystem::path& path = path_;
     if (mode == Mode::Create) {
         if (scalar("SELECT count(*) FROM sqlite_master") != 0)
             throw Error(path.string() + " already holds a database; choose another -o or remove it");
-        exec("PRAGMA journal_mode = WAL");
+        // Where the write-ahead log cannot work, the rollback journal (kept, truncated: one
+        // file fewer to create per commit): slower commits, readers still welcome between them.
+        exec(wal_unsafe_filesystem(path) ? "PRAGMA journal_mode = TRUNCATE" : "PRAGMA journal_mode = WAL");
         exec("PRAGMA synchronous = NORMAL");
         // Checkpoint the write-ahead log every 64 MiB (16384 pages) instead of 4: fewer
         // copies of the hot index pages while recording (trace_writer_bench, 580-node decode

@@ -64,6 +64,10 @@ private:
     sqlite3_stmt* st_ = nullptr;
 };
 
+// True where DB's directory is on a file system whose shared memory SQLite's write-ahead
+// log cannot rely on (9p, NFS, SMB, FUSE, ...): a new trace there uses the rollback journal.
+bool wal_unsafe_filesystem(const std::filesystem::path& db);
+
 class Database {
 public:
     // Annotate: an existing trace opened to add meta keys after its recording (set_meta).
