@@ -41,7 +41,9 @@ ARCH=""
 SUFFIX=""
 [[ $TARGET == arm64 ]] && SUFFIX=-arm64
 ROOT=$CACHE/llama.cpp/nlc-$NLC_VERSION$SUFFIX
-TARGETS=(llama-simple llama-bench llama-completion llama-quantize llama-eval-callback)
+TARGETS=(llama-simple llama-bench llama-completion llama-quantize llama-eval-callback llama-parallel)
+# The debug flavour also builds the server (tools/server): what a deployment runs.
+SERVER_TARGETS=(llama-server)
 
 say() { echo "profinfer[llama]: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -100,12 +102,14 @@ build_flavour() { # flavour
     extra+=(-DCMAKE_TOOLCHAIN_FILE="$(cd "$(dirname "$0")/.." && pwd)/cmake/toolchain-aarch64.cmake"
             -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DLLAMA_BUILD_EXAMPLES=ON)
   fi
+  local server=OFF targets=("${TARGETS[@]}")
+  if [[ $flavour == debug && $TARGET == x64 ]]; then server=ON; targets+=("${SERVER_TARGETS[@]}"); fi
   ensure_source
   say "building llama.cpp ($flavour${ARCH:+, $ARCH}) in $dir/build — about 10 minutes on 2 cores, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server \
     -DGGML_CCACHE=OFF "${extra[@]}" >"$dir.cmake.log" 2>&1 || die "cmake configure failed, see $dir.cmake.log"
-  cmake --build "$dir/build" -j"$(nproc)" --target "${TARGETS[@]}" >"$dir.build.log" 2>&1 \
+  cmake --build "$dir/build" -j"$(nproc)" --target "${targets[@]}" >"$dir.build.log" 2>&1 \
     || die "llama.cpp build failed, see $dir.build.log"
   write_manifest "$dir" "$flavour" "$dir/build/bin" "$dir/build/bin" true
 }
@@ -144,6 +148,18 @@ mkdir -p "$ROOT"
 manifest=$ROOT/$flavour/manifest.json
 case $cmd in
   ensure)
+    # A cache built before a program joined TARGETS: its build tree gains it (incremental),
+    # where this machine builds that cache (an x64 host, or the cross build; never a board).
+    if [[ -f $manifest && -d $ROOT/$flavour/build && ( $TARGET == x64 || -n $ARCH ) ]]; then
+      wanted=("${TARGETS[@]}"); [[ $flavour == debug && $TARGET == x64 ]] && wanted+=("${SERVER_TARGETS[@]}")
+      for t in "${wanted[@]}"; do
+        if [[ ! -x $ROOT/$flavour/build/bin/$t ]]; then
+          exec 9>"$ROOT/.lock"; flock 9
+          [[ -x $ROOT/$flavour/build/bin/$t ]] || build_flavour "$flavour"
+          break
+        fi
+      done
+    fi
     if [[ ! -f $manifest ]]; then
       exec 9>"$ROOT/.lock"; flock 9   # two make jobs must not build the same tree
       if [[ ! -f $manifest ]]; then

@@ -1,4 +1,5 @@
 #include "profinfer/stats.h"
+#include "profinfer/statistics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,6 +105,36 @@ Table stats_table(store::Database& db, const std::string& by) {
                     "100.0 * sum(dur_ns) / (SELECT max(1, sum(dur_ns)) FROM node_times) "
                     "FROM block_times GROUP BY block_layer, block "
                     "ORDER BY block_layer IS NULL, block_layer, block = 'rest', block");
+    }
+    if (by == "request") {
+        // Per request a server served (views requests, request_calls): tokens, time to first
+        // token, time per output token (each interval between the calls computing its
+        // outputs, divided by the outputs of the later call), apportioned operator time.
+        std::map<int64_t, std::vector<double>> tpot;  // request → ms per output token
+        {
+            store::Statement st(db.handle(),
+                                "SELECT request, end_ns, outputs FROM request_calls WHERE outputs > 0 ORDER BY request, call");
+            int64_t last_request = -1, last_end = 0;
+            while (st.step()) {
+                const int64_t request = st.column_int(0), end = st.column_int(1), outputs = st.column_int(2);
+                if (request == last_request)
+                    for (int64_t i = 0; i < outputs; ++i) tpot[request].push_back((end - last_end) / 1e6 / double(outputs));
+                last_request = request, last_end = end;
+            }
+        }
+        Table t = rows({"request", "seq", "first_call", "last_call", "start_ms", "prompt_tokens", "generated", "ttft_ms",
+                        "decode_ms", "op_ms", "op_share_pct"},
+                       "SELECT request, seq, first_call, last_call, (start_ns - (SELECT min(start_ns) FROM calls)) / 1e6, "
+                       "prompt_tokens, generated, ttft_ns / 1e6, decode_ns / 1e6, op_ns / 1e6, "
+                       "100.0 * op_ns / (SELECT max(1, sum(dur_ns)) FROM node_times) FROM requests ORDER BY request");
+        t.columns.insert(t.columns.begin() + 9, "tpot_median_ms");
+        t.columns.insert(t.columns.begin() + 10, "tpot_p90_ms");
+        for (auto& r : t.rows) {
+            const auto& v = tpot[r[0].get<int64_t>()];
+            r.insert(r.begin() + 9, v.empty() ? nlohmann::json() : nlohmann::json(median_of(v)));
+            r.insert(r.begin() + 10, v.empty() ? nlohmann::json() : nlohmann::json(quantile_of(v, 0.9)));
+        }
+        return t;
     }
     if (by == "gpu") {
         // The host side of a GPU-API backend (gpu_events): per kind, and per op type for the

@@ -133,3 +133,49 @@ FROM l LEFT JOIN s ON s.call = l.call AND s.block_layer = l.block_layer;
 CREATE TEMP VIEW block_times AS
 SELECT t.*, b.block_layer, b.block
 FROM node_times t JOIN node_blocks b ON b.graph_seq = t.graph_seq AND b.tensor = t.tensor;
+
+-- The requests a server's calls served (batch_seqs; none for batches without sequence ids).
+-- A request is a sequence's tokens from a run whose first position does not continue the
+-- sequence (its first run, or a position at or before the sequence's last one: the slot's
+-- cache was cut back for a new prompt) up to the sequence's next such run. A prompt that
+-- continues the previous answer of its sequence exactly (position = last + 1) is not told
+-- apart from it. One row per request and call: tokens (the request's in the call's batch),
+-- outputs (those whose output was asked for: one sampled token each), prompt (1 up to and
+-- including the run holding the request's first output: its prompt; then 0), and op_ns —
+-- the call's operator time (node_times) apportioned by token count (tokens / the batch's
+-- n_tokens: every token of a batch goes through the same nodes; attention's per-token cost
+-- grows with the sequence's context, which this share does not follow).
+CREATE TEMP VIEW request_calls AS
+WITH r AS (SELECT c.call, c.start_ns, c.end_ns, c.n_tokens AS call_tokens, b.rowid AS rid, b.seq, b.pos,
+                  b.n_tokens, b.outputs,
+                  lag(b.pos + b.n_tokens - 1) OVER (PARTITION BY b.seq ORDER BY c.call, b.rowid) AS prev_last
+           FROM batch_seqs b JOIN calls c ON c.token_id = b.token_id),
+     n AS (SELECT r.*, sum(prev_last IS NULL OR pos <= prev_last) OVER (PARTITION BY seq ORDER BY call, rid) AS nth FROM r),
+     q AS (SELECT n.*, min(call) OVER (PARTITION BY seq, nth) AS first_call,
+                  coalesce(sum(outputs) OVER (PARTITION BY seq, nth ORDER BY call, rid
+                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS outputs_before
+           FROM n),
+     k AS (SELECT q.*, dense_rank() OVER (ORDER BY first_call, seq, nth) - 1 AS request FROM q),
+     t AS (SELECT call, sum(dur_ns) AS op_ns FROM node_times GROUP BY call)
+SELECT k.request, k.seq, k.call, k.start_ns, k.end_ns, k.call_tokens, sum(k.n_tokens) AS tokens, sum(k.outputs) AS outputs,
+       max(k.outputs_before = 0) AS prompt, min(k.pos) AS first_pos,
+       coalesce(t.op_ns, 0) * sum(k.n_tokens) / max(1, k.call_tokens) AS op_ns
+FROM k LEFT JOIN t ON t.call = k.call
+GROUP BY k.request, k.seq, k.call;
+
+-- One row per request: prompt_tokens (its tokens up to and including its first output),
+-- generated (its outputs: the tokens sampled for it), ttft_ns (from its first call's start
+-- to the end of the call computing its first output), decode_ns (from there to the end of
+-- the call computing its last output), op_ns (its apportioned operator time).
+CREATE TEMP VIEW requests AS
+WITH f AS (SELECT request, min(CASE WHEN outputs > 0 THEN call END) AS first_out_call,
+                  max(CASE WHEN outputs > 0 THEN call END) AS last_out_call FROM request_calls GROUP BY request)
+SELECT r.request, r.seq, min(r.call) AS first_call, max(r.call) AS last_call, min(r.start_ns) AS start_ns,
+       min(r.first_pos) AS first_pos,
+       sum(CASE WHEN r.prompt AND (r.call <= f.first_out_call OR f.first_out_call IS NULL) THEN r.tokens ELSE 0 END) AS prompt_tokens,
+       sum(r.outputs) AS generated,
+       (SELECT end_ns FROM calls WHERE call = f.first_out_call) - min(r.start_ns) AS ttft_ns,
+       (SELECT end_ns FROM calls WHERE call = f.last_out_call) - (SELECT end_ns FROM calls WHERE call = f.first_out_call) AS decode_ns,
+       sum(r.op_ns) AS op_ns
+FROM request_calls r JOIN f ON f.request = r.request
+GROUP BY r.request;

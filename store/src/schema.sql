@@ -1,4 +1,4 @@
--- profinfer trace store, schema version 7 (PRAGMA user_version = 7). Raw facts as captured;
+-- profinfer trace store, schema version 8 (PRAGMA user_version = 8). Raw facts as captured;
 -- what they mean (phase, layer, node time, ...) is derived in derived.sql.
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
 -- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
@@ -31,6 +31,18 @@ CREATE TABLE tokens (
   end_ns    INTEGER NOT NULL,
   n_tokens  INTEGER NOT NULL,  -- llama_batch.n_tokens; -1 if unreadable
   ret       INTEGER NOT NULL   -- llama_decode's return value
+);
+-- The sequences a llama_decode call's batch served (schema 8): one row per run of a
+-- sequence's tokens at consecutive positions, in batch order; seq: the token's first
+-- sequence id (a token shared by several sequences counts for the first); outputs: the
+-- run's tokens whose output (logits) the caller asked for. Only for batches that carry
+-- sequence ids and positions (a server's; llama_batch_get_one's carry none).
+CREATE TABLE batch_seqs (
+  token_id  INTEGER NOT NULL REFERENCES tokens(id),
+  seq       INTEGER NOT NULL,
+  pos       INTEGER NOT NULL,   -- the run's first position
+  n_tokens  INTEGER NOT NULL,
+  outputs   INTEGER NOT NULL
 );
 -- One row per graph a backend computed. api: backend (ggml_backend_graph_compute_async,
 -- any backend) or cpu (ggml_graph_compute, the CPU backend's graph; operators refer to it).

@@ -232,6 +232,9 @@ void Database::initialise(Mode mode) {
                  "wait_samples INTEGER NOT NULL, barrier_state_samples INTEGER NOT NULL)");
         if (v < 5)  // before --budget: every call's operators recorded
             exec("CREATE TEMP TABLE ops_untraced (token_id INTEGER PRIMARY KEY)");
+        if (v < kBatchSeqsSchema)  // before the batches' sequences: none recorded
+            exec("CREATE TEMP TABLE batch_seqs (token_id INTEGER NOT NULL, seq INTEGER NOT NULL, pos INTEGER NOT NULL, "
+                 "n_tokens INTEGER NOT NULL, outputs INTEGER NOT NULL)");
         if (v < 6)  // before the Vulkan probes: none recorded
             exec("CREATE TEMP TABLE gpu_events (id INTEGER PRIMARY KEY, graph_seq INTEGER NOT NULL, tid INTEGER NOT NULL, "
                  "kind TEXT NOT NULL, tensor INTEGER, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, ret INTEGER)");

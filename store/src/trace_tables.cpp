@@ -72,6 +72,7 @@ struct TraceTables::Statements {
           gpu(db, "INSERT INTO gpu_events(graph_seq, tid, kind, tensor, start_ns, end_ns, ret) VALUES (?,?,?,?,?,?,?)"),
           op_samples(db, "INSERT INTO op_samples(op_id, samples, wait_samples, barrier_state_samples) VALUES (?,?,?,?)"),
           expert(db, "INSERT INTO experts(graph_seq, tensor, name, token, slot, expert) VALUES (?,?,?,?,?,?)"),
+          batch_seq(db, "INSERT INTO batch_seqs(token_id, seq, pos, n_tokens, outputs) VALUES (?,?,?,?,?)"),
           sw(db,
              "INSERT INTO sched_switch(ts_ns, cpu, prev_tid, prev_tgid, prev_comm, prev_state, next_tid, next_tgid, "
              "next_comm, preempt) VALUES (?,?,?,?,?,?,?,?,?,?)"),
@@ -86,7 +87,7 @@ struct TraceTables::Statements {
           ops(db, std::string(kOpsHead) + ", " + counter_columns() + ")", 12 + kCounterSlots),
           ops_bare(db, std::string(kOpsHead) + ")", 12),
           graph_nodes(db, "INSERT INTO graph_nodes(graph_seq, tensor, def_id)", 3) {}
-    Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, sw, wake, probe, library, counter, qos,
+    Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, batch_seq, sw, wake, probe, library, counter, qos,
         lost;
     // Rows with counters, and rows without (--level op: the counter columns stay NULL,
     // 6 binds a row fewer).
@@ -190,6 +191,10 @@ void TraceTables::add(const ExpertRow& r) {
     s.bind(1, r.graph_seq).bind(2, r.tensor);
     bind_optional(s, 3, r.name);
     s.bind(4, r.token).bind(5, r.slot).bind(6, r.expert).run();
+}
+
+void TraceTables::add(const BatchSeqRow& r) {
+    st_->batch_seq.bind(1, r.token_id).bind(2, r.seq).bind(3, r.pos).bind(4, r.n_tokens).bind(5, r.outputs).run();
 }
 
 void TraceTables::add(const SchedSwitchRow& r) {

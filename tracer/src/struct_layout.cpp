@@ -151,6 +151,9 @@ GgmlLayout GgmlLayout::builtin() {
     o.cgraph_uid = 88;
     o.backend_guid = 0;
     o.batch_n_tokens = 0;
+    o.batch_pos = 24;
+    o.batch_seq_id = 40;
+    o.batch_logits = 48;
     l.op_names = to_vector(kGgmlOpNames);
     l.unary_op_names = to_vector(kGgmlUnaryOpNames);
     l.glu_op_names = to_vector(kGgmlGluOpNames);
@@ -190,6 +193,9 @@ GgmlLayout GgmlLayout::from_dwarf(const std::vector<fs::path>& libraries) {
     o.cgraph_uid = optional_member(s, "ggml_cgraph", "uid");
     o.backend_guid = member(s, "ggml_backend", "guid");
     o.batch_n_tokens = member(s, "llama_batch", "n_tokens");
+    o.batch_pos = member(s, "llama_batch", "pos");
+    o.batch_seq_id = member(s, "llama_batch", "seq_id");
+    o.batch_logits = member(s, "llama_batch", "logits");
     for (const char* e : {"ggml_op", "ggml_unary_op", "ggml_glu_op"})
         if (!scan.enums_.count(e)) throw Error(std::string("DWARF has no enum ") + e);
     l.op_names = names_by_value(scan.enums_.at("ggml_op"), "GGML_OP_");

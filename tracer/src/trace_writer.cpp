@@ -1,5 +1,6 @@
 #include "trace_writer.h"
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -158,6 +159,24 @@ void TraceWriter::write_node(const pi_node_event& e, const std::string& name) {
     note_node(e.graph_seq, e.dst.addr);
 }
 
+// Runs of one sequence's tokens at consecutive positions, in batch order: what batch_seqs
+// stores (a decode step of 4 sequences: 4 rows; a prompt chunk: 1).
+void TraceWriter::note_batch(const pi_batch_event& e) {
+    PendingBatch& p = pending_batch_[e.h.tid];
+    p.start_ns = e.start_ns;
+    p.runs.clear();
+    for (uint32_t i = 0; i < e.n_read; ++i) {
+        const int64_t seq = e.tok[i].seq, pos = e.tok[i].pos_out & ~PI_BATCH_OUTPUT;
+        const int64_t out = (e.tok[i].pos_out & PI_BATCH_OUTPUT) ? 1 : 0;
+        if (!p.runs.empty() && p.runs.back().seq == seq && p.runs.back().pos + p.runs.back().n_tokens == pos) {
+            ++p.runs.back().n_tokens;
+            p.runs.back().outputs += out;
+        } else {
+            p.runs.push_back({0, seq, pos, 1, out});
+        }
+    }
+}
+
 void TraceWriter::write(const void* data, size_t size) {
     if (size < sizeof(pi_event_header)) return void(++malformed_);
     const auto* h = static_cast<const pi_event_header*>(data);
@@ -170,6 +189,20 @@ void TraceWriter::write(const void* data, size_t size) {
             const int64_t id = tables_.add(store::TokenRow{e->h.pid, e->h.tid, e->h.cpu, i64(e->start_ns), i64(e->end_ns),
                                                             e->n_tokens, e->ret});
             if (e->h.reserved & PI_TOKEN_OPS_OFF) tables_.add_ops_untraced(id);
+            if (auto b = pending_batch_.find(e->h.tid); b != pending_batch_.end()) {
+                if (b->second.start_ns == e->start_ns)
+                    for (auto r : b->second.runs) tables_.add((r.token_id = id, r));
+                pending_batch_.erase(b);
+            }
+            break;
+        }
+        case PI_EV_BATCH: {
+            const auto* e = static_cast<const pi_batch_event*>(data);
+            const size_t head = offsetof(pi_batch_event, tok);
+            if (size < head || e->n_read > PI_MAX_BATCH_READ || e->n_tokens < 0 || e->n_read > uint32_t(e->n_tokens) ||
+                size != head + e->n_read * sizeof(pi_batch_token))
+                return void(++malformed_);
+            note_batch(*e);
             break;
         }
         case PI_EV_GRAPH: {

@@ -66,6 +66,13 @@ private:
     };
     std::unordered_map<uint32_t, LastOp> last_op_;  // per thread, its last operator record kept
     uint64_t op_duplicates_ = 0;
+    // A batch's sequence runs (PI_EV_BATCH), per thread, until its call's token record.
+    struct PendingBatch {
+        uint64_t start_ns = 0;
+        std::vector<store::BatchSeqRow> runs;  // token_id filled when the call is written
+    };
+    std::unordered_map<uint32_t, PendingBatch> pending_batch_;
+    void note_batch(const pi_batch_event& e);
     uint64_t counter_reads_[PI_MAX_COUNTERS] = {};  // op records with a value, per slot
     bool counter_nonzero_[PI_MAX_COUNTERS] = {};
 };

@@ -30,6 +30,9 @@ TEST(StructLayout, BuiltinTableMatchesTheDebugBuildsDwarf) {
     EXPECT_EQ(a.cgraph_uid, b.cgraph_uid);
     EXPECT_EQ(a.backend_guid, b.backend_guid);
     EXPECT_EQ(a.batch_n_tokens, b.batch_n_tokens);
+    EXPECT_EQ(a.batch_pos, b.batch_pos);
+    EXPECT_EQ(a.batch_seq_id, b.batch_seq_id);
+    EXPECT_EQ(a.batch_logits, b.batch_logits);
     EXPECT_EQ(a.op_mul_mat_id, b.op_mul_mat_id);
     EXPECT_EQ(dwarf.op_names, builtin.op_names);
     EXPECT_EQ(dwarf.unary_op_names, builtin.unary_op_names);

@@ -16,8 +16,8 @@ namespace profinfer::store {
 // Record kinds, indexed by the event header's kind (tracer/include/profinfer/events.h
 // PI_EV_*; the tracer checks the two agree): the lost_events kinds that are whole records.
 // Index 0 is no kind.
-inline constexpr std::array<const char*, 10> kRecordKinds = {
-    "", "token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu"};
+inline constexpr std::array<const char*, 11> kRecordKinds = {
+    "", "token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu", "batch"};
 bool is_record_kind(const std::string& kind);
 
 struct TokenRow {
@@ -66,6 +66,9 @@ struct GpuEventRow {
     std::string kind;  // dispatch, submit, fence_wait, synchronize
     std::optional<int64_t> tensor;
     int64_t start_ns, end_ns, ret;
+};
+struct BatchSeqRow {
+    int64_t token_id, seq, pos, n_tokens, outputs;
 };
 struct ExpertRow {
     int64_t graph_seq, tensor;
@@ -131,6 +134,7 @@ public:
     void add_graph_nodes(const GraphNodeRow* rows, size_t n);  // N ≤ kMaxBatchRows
     void add(const GpuEventRow& r);
     void add(const ExpertRow& r);
+    void add(const BatchSeqRow& r);
     void add(const SchedSwitchRow& r);
     void add(const SchedWakeupRow& r);
     void add(const ProbeRow& r);

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 6
+#define PI_EVENTS_VERSION 7
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -36,7 +36,8 @@ enum pi_event_kind {
 	PI_EV_SWITCH = 7,  /* sched_switch involving a target thread */
 	PI_EV_WAKEUP = 8,  /* sched_wakeup of a target thread */
 	PI_EV_GPU = 9,     /* host side of a GPU-API backend (Vulkan): a node's dispatch, a submit, a wait */
-	PI_EV_KIND_MAX = 10,
+	PI_EV_BATCH = 10,  /* the sequence, position and output flag of each token of a llama_decode batch */
+	PI_EV_KIND_MAX = 11,
 };
 
 /* Data the probes saw but could not record whole, counted per reason (besides records
@@ -67,6 +68,25 @@ struct pi_token_event {
 	__u64 end_ns;   /* ... at return */
 	__s32 n_tokens; /* llama_batch.n_tokens */
 	__s32 ret;      /* llama_decode's return value */
+};
+
+/* A llama_decode batch's tokens, read at the call's return just before its PI_EV_TOKEN record
+ * (same thread): per token its first sequence id (llama_batch.seq_id[i][0]), its position and
+ * whether the caller asked for its output (logits[i]). Sent only for batches that carry
+ * them (a server's; llama_batch_get_one's have none: llama.cpp fills them in). The record's
+ * size is the header's and n_read tokens'; tokens beyond PI_MAX_BATCH_READ are not read. */
+#define PI_MAX_BATCH_READ 2048
+#define PI_BATCH_OUTPUT 0x80000000u /* pos_out: the token's output was asked for */
+struct pi_batch_token {
+	__s32 seq;
+	__u32 pos_out; /* position | PI_BATCH_OUTPUT */
+};
+struct pi_batch_event {
+	struct pi_event_header h;
+	__u64 start_ns;  /* the call's entry: its PI_EV_TOKEN start_ns */
+	__s32 n_tokens;  /* llama_batch.n_tokens */
+	__u32 n_read;    /* tokens below: min(n_tokens, PI_MAX_BATCH_READ) */
+	struct pi_batch_token tok[PI_MAX_BATCH_READ];
 };
 
 struct pi_library_event {
@@ -199,7 +219,7 @@ struct pi_layout {
 	__u32 cgraph_n_nodes, cgraph_nodes;
 	__u32 cgraph_uid; /* 0: the ggml has no ggml_cgraph.uid */
 	__u32 backend_guid;
-	__u32 batch_n_tokens;
+	__u32 batch_n_tokens, batch_pos, batch_seq_id, batch_logits;
 	__u32 op_mul_mat_id; /* value of GGML_OP_MUL_MAT_ID */
 };
 
