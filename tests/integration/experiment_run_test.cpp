@@ -329,6 +329,7 @@ TEST(ExperimentRun, SpecTextStaysInItsFolderAndCommandsAreQuoted) {
 // timestamps (vkperf = on: GGML_VK_PERF_LOGGER) — every shape, the LM head included.
 TEST(ExperimentRun, CpuAndVulkanTimePerMatMulShape) {
     PROFINFER_REQUIRE_BPF();
+    PROFINFER_REQUIRE_VULKAN();
     TempDir d;
     std::ofstream(d / "spec.toml") << R"(
 name = "tiny-fig12"

@@ -13,6 +13,7 @@ using namespace profinfer::test;
 
 TEST(RecordVulkan, GraphSplitAndEveryDispatchedNode) {
     PROFINFER_REQUIRE_BPF();
+    PROFINFER_REQUIRE_VULKAN();
     const LlamaInstall vk = LlamaInstall::locate("vulkan", true);  // unpacked and set up once
     TempDir d;
     const fs::path db = d / "run.db";

@@ -137,4 +137,17 @@ bool bpf_available(std::string* why);
         }                                                                             \
     } while (0)
 
+// The Vulkan tests run the stock x64 Vulkan libraries of the pinned llama.cpp on Mesa's
+// lavapipe; an arm64 machine (a virtual board: no GPU is emulated, and no network to fetch
+// packages) skips them and says why.
+#if defined(__x86_64__)
+#define PROFINFER_REQUIRE_VULKAN() \
+    do {                           \
+    } while (0)
+#else
+#define PROFINFER_REQUIRE_VULKAN()                                                                        \
+    GTEST_SKIP() << "skipped: the Vulkan tests run the stock x64 libraries (@node-llama-cpp/linux-x64-vulkan) " \
+                    "on Mesa's lavapipe; this is not an x64 machine"
+#endif
+
 }  // namespace profinfer::test
