@@ -79,6 +79,11 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_flag("--stop-with-parent", opts->stop_with_parent,
                   "Stop recording, as on SIGTERM (forwarded to a launched command), when the process that started "
                   "profinfer dies: for harnesses, so that a killed one leaves nothing recording behind it");
+    cmd->add_option("--duration", opts->duration_s,
+                    "With --pid: stop recording after S seconds and detach; the process goes on untouched (a server "
+                    "profiled for a while, not to its end). The trace is complete, with meta duration_s")
+        ->check(CLI::PositiveNumber)
+        ->needs(pid_opt);
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
     cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit] {

@@ -25,6 +25,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::EndedAt, "ended_at", "Unix seconds when it ended"},
         {K::TargetExitStatus, "target_exit_status", "the launched target's exit status"},
         {K::InterruptedBy, "interrupted_by", "the signal that stopped the recording"},
+        {K::DurationS, "duration_s",
+         "--duration: the recording of an attached process stopped after this many seconds and detached (the process "
+         "went on)"},
         {K::RecorderPid, "recorder_pid", "the recording process"},
         {K::RecorderStart, "recorder_start",
          "its start time in clock ticks: a reader on the same host that finds the run running with that process gone "

@@ -361,6 +361,41 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     EXPECT_EQ(lost(d / "run.db"), 0);
 }
 
+// --duration (a server profiled for a while, not to its end): the recording of an attached
+// process stops on its own after S seconds, complete, and the process goes on to finish its
+// work untouched — it decodes after the recording ended, and exits 0 with every token.
+TEST(RecordAttach, DurationDetachesAndTheProcessGoesOn) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "600", "2"}, d / "out");
+    ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2") != std::string::npos; },
+                           std::chrono::seconds(60)));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run({profinfer_bin(), "record", "--level", "op", "--duration", "2", "-o", d / "run.db", "--pid",
+                  std::to_string(target)});
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("--duration 2 s reached: detached from pid " + std::to_string(target)), std::string::npos) << r.err;
+    EXPECT_EQ(state_of(target) == 'Z' ? 0 : kill(target, 0), 0) << "the target ended with the recording";
+    int st = 0;
+    waitpid(target, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    // It went on decoding after the recording ended: its last call is not in the trace.
+    const std::string out = read_file(d / "out");
+    EXPECT_NE(out.find("\"call\":599"), std::string::npos) << "the target did not finish its 600 tokens";
+    auto s = RunSummary::load(*open_trace(d / "run.db"));
+    EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
+    EXPECT_EQ(s.meta[store::MetaKey::DurationS], "2");
+    EXPECT_GT(s.decode_calls, 0);
+    EXPECT_LT(s.decode_calls, 599);
+    EXPECT_GE(took, 2.0);
+    EXPECT_EQ(lost(d / "run.db"), 0);
+    // Only with --pid: a launched command is recorded to its end.
+    auto refused = run({profinfer_bin(), "record", "--duration", "2", "-o", d / "x.db", "--", "/bin/true"});
+    EXPECT_NE(refused.status, 0);
+    EXPECT_NE(refused.err.find("--pid"), std::string::npos) << refused.err;
+}
+
 // QoS controller (paper §3.1): below the required decode speed the operator probes go
 // away (and stay away while the untraced speed cannot afford them); token records go on.
 TEST(RecordQos, DetachesOperatorProbesBelowTheRequiredSpeed) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -262,6 +263,23 @@ int RecordingSession::poll_until_exit() {
     EpollSet wake;
     wake.add(bpf_map__fd(p_.program.skel()->maps.events), EPOLLIN | EPOLLET);
     if (stop_signals::fd() >= 0) wake.add(stop_signals::fd(), EPOLLIN | EPOLLET);
+    // --duration (an attached process): a one-shot timer in the same sleep, not a poll.
+    int timer = -1;
+    if (p_.opts.duration_s > 0 && !p_.child) {
+        timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        if (timer < 0) throw Error(std::string("timerfd_create: ") + std::strerror(errno));
+        itimerspec at{};
+        at.it_value.tv_sec = time_t(p_.opts.duration_s);
+        at.it_value.tv_nsec = long((p_.opts.duration_s - double(at.it_value.tv_sec)) * 1e9);
+        ::timerfd_settime(timer, 0, &at, nullptr);
+        wake.add(timer, EPOLLIN);
+    }
+    struct CloseTimer {
+        int fd;
+        ~CloseTimer() {
+            if (fd >= 0) ::close(fd);
+        }
+    } close_timer{timer};
     ProcessEnds ends(wake);
     if (p_.child) ends.watch(p_.child->pid());
     for (;;) {
@@ -287,6 +305,13 @@ int RecordingSession::poll_until_exit() {
                 // exit check below ends the recording as usual.
                 if (!ended(pid_) && !p_.child) throw;  // an attached process: released by the caller, which says why
                 if (!ended(pid_)) stop_recording(e.what());
+            }
+        }
+        if (timer >= 0) {
+            pollfd t{timer, POLLIN, 0};
+            if (::poll(&t, 1, 0) == 1) {
+                duration_reached_ = true;
+                return -1;  // detached by the caller; the process goes on
             }
         }
         if (int sig = stop_signals::last()) {
@@ -341,6 +366,12 @@ int RecordingSession::finish(int status) {
     using K = store::MetaKey;
     if (status >= 0) set_meta(K::TargetExitStatus, std::to_string(status));
     if (interrupted_by_) set_meta(K::InterruptedBy, strsignal(interrupted_by_));
+    if (duration_reached_) {
+        set_meta(K::DurationS, format_double(p_.opts.duration_s, "%g"));
+        if (!p_.opts.quiet)
+            std::cerr << "profinfer: --duration " << format_double(p_.opts.duration_s, "%g") << " s reached: detached from pid "
+                      << pid_ << ", which goes on\n";
+    }
     std::string error;
     if (lost_total) error = std::to_string(lost_total) + " records lost (ring buffer full)";
     if (left_running_)

@@ -76,6 +76,7 @@ private:
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;
+    bool duration_reached_ = false;  // --duration ended the recording of an attached process
     double own_cpu_ms_ = 0;   // profinfer's threads while the target ran
     int64_t own_wakeups_ = 0;
     bool left_running_ = false;  // a second stop signal: the launched command runs on untraced

@@ -52,6 +52,8 @@ struct RecordOptions {
     // launched command, the database finished): a harness killed mid-run leaves nothing
     // recording behind it.
     bool stop_with_parent = false;
+    // > 0, with pid: stop recording after this many seconds and detach (the process goes on).
+    double duration_s = 0;
 };
 
 // Records one run into a new trace store. Returns the exit status for the
