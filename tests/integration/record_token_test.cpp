@@ -1,9 +1,17 @@
 // profinfer record on the real llama.cpp: token level, launch mode.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <climits>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "profinfer/run_summary.h"
 #include "profinfer/store.h"
@@ -143,4 +151,67 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
     ASSERT_EQ(simple.status, 0) << simple.err;
     EXPECT_EQ(scalar_or_zero(s / "run.db", "SELECT count(*) FROM batch_seqs"), 0);
     EXPECT_EQ(scalar_or_zero(s / "run.db", "SELECT count(*) FROM calls"), 4);
+}
+
+// llama-server under concurrent requests (issue: profile a live server): 4 clients, 32
+// requests, the recorder attached mid-load for a bounded time. Every request sent after the
+// recording began and answered before it ended appears in stat --by request with the
+// prompt and generated tokens the server itself reports (timings.prompt_n, predicted_n)
+// — compared as multisets, as the server's requests carry no sequence id — and no request
+// fails. Both clocks are CLOCK_MONOTONIC (the load generator's and the probes').
+TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const int port = 20000 + int(getpid() % 20000);
+    pid_t server = spawn({llama_debug().program("llama-server"), "-m", tiny_model("llama3.2-1b"), "--parallel", "4", "-c",
+                          "4096", "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port)},
+                         d / "server.out", d / "server.err");
+    ASSERT_TRUE(wait_until([&] { return read_file(d / "server.err").find("listening on") != std::string::npos; },
+                           std::chrono::seconds(120)))
+        << read_file(d / "server.err");
+    const std::string load = std::string(PROFINFER_SOURCE_DIR) + "/experiments/server_load.py";
+    pid_t client = spawn({"python3", load, "--url", "http://127.0.0.1:" + std::to_string(port), "--clients", "4",
+                          "--requests", "32", "--predict", "8,32", "--seed", "5", "-o", (d / "load.jsonl").string()},
+                         {}, d / "load.err");
+    // Mid-load: a few answers in.
+    ASSERT_TRUE(wait_until(
+        [&] {
+            const std::string done = read_file(d / "load.jsonl");
+            return std::count(done.begin(), done.end(), '\n') >= 4;
+        },
+        std::chrono::seconds(120)));
+    auto rec = run({profinfer_bin(), "record", "--level", "op", "--pid", std::to_string(server), "--duration", "20", "-o",
+                    d / "run.db"});
+    int st = 0;
+    waitpid(client, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_file(d / "load.err");
+    kill(server, SIGTERM);
+    waitpid(server, &st, 0);
+    ASSERT_EQ(rec.status, 0) << rec.err;
+
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    const int64_t first = db.scalar("SELECT min(start_ns) FROM calls"), last = db.scalar("SELECT max(end_ns) FROM calls");
+    std::multiset<std::pair<int64_t, int64_t>> server_side, ours;
+    int64_t first_sent = INT64_MAX;
+    int lines = 0;
+    std::istringstream in(read_file(d / "load.jsonl"));
+    for (std::string line; std::getline(in, line); ++lines) {
+        auto j = nlohmann::json::parse(line);
+        ASSERT_TRUE(j["error"].is_null()) << line;
+        if (j["sent_ns"].get<int64_t>() <= first || j["received_ns"].get<int64_t>() >= last) continue;
+        server_side.insert({j["timings"]["prompt_n"].get<int64_t>(), j["timings"]["predicted_n"].get<int64_t>()});
+        first_sent = std::min(first_sent, j["sent_ns"].get<int64_t>());
+    }
+    EXPECT_EQ(lines, 32);
+    ASSERT_GE(server_side.size(), 8u) << "too few requests inside the recording to compare";
+    std::cout << server_side.size() << " of 32 requests inside the recording compared\n";
+    store::Statement q(db.handle(), "SELECT prompt_tokens, generated, start_ns FROM requests");
+    while (q.step())
+        if (q.column_int(2) > first_sent && q.column_int(2) < last) ours.insert({q.column_int(0), q.column_int(1)});
+    // Ours may hold requests still running when the recording ended: those are not compared.
+    for (const auto& r : server_side) {
+        auto it = ours.find(r);
+        EXPECT_NE(it, ours.end()) << "no recorded request with prompt_n " << r.first << ", predicted_n " << r.second;
+        if (it != ours.end()) ours.erase(it);
+    }
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A bounded load on a llama-server on loopback: CLIENTS concurrent clients send REQUESTS
+completion requests in all, with prompt and output lengths varied by a seeded generator, and
+each request's send/receive times and the server's own `timings` (prompt_n, prompt_ms,
+predicted_n, predicted_ms, cache_n) are written as JSON lines — what `profinfer stat --by
+request` is compared with.
+
+  experiments/server_load.py --url http://127.0.0.1:8080 --clients 4 --requests 32 -o load.jsonl
+
+Standard library only (urllib, threads). Nothing leaves loopback unless --url says so.
+"""
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+WORDS = ("the model reads every token of a prompt and then writes one token at a time "
+         "until it is told to stop or runs out of room in its context window").split()
+
+
+def prompt_of(rng, words):
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def complete(url, body, timeout):
+    req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.load(r)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", default="http://127.0.0.1:8080")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--prompt-words", default="8,64", help="min,max words per prompt")
+    ap.add_argument("--predict", default="4,24", help="min,max tokens to generate (n_predict)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--cache-prompt", action="store_true",
+                    help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
+    ap.add_argument("-o", "--output", default="-")
+    a = ap.parse_args()
+    pw = [int(x) for x in a.prompt_words.split(",")]
+    pn = [int(x) for x in a.predict.split(",")]
+    rng = random.Random(a.seed)
+    jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*pw)), "n_predict": rng.randint(*pn)}
+            for i in range(a.requests)]
+    lock = threading.Lock()
+    out = sys.stdout if a.output == "-" else open(a.output, "w")
+    failed = []
+
+    def client(c):
+        while True:
+            with lock:
+                if not jobs:
+                    return
+                job = jobs.pop(0)
+            body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": a.cache_prompt,
+                    "temperature": 0, "seed": a.seed, "ignore_eos": True}
+            t0 = time.monotonic_ns()
+            try:
+                r = complete(a.url, body, a.timeout)
+                err = None
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                r, err = {}, str(e)
+            t1 = time.monotonic_ns()
+            row = {"request": job["id"], "client": c, "sent_ns": t0, "received_ns": t1,
+                   "n_predict": job["n_predict"], "timings": r.get("timings"), "content": r.get("content"),
+                   "error": err}
+            with lock:
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                if err:
+                    failed.append(job["id"])
+                print(f"server_load: {job['id'] + 1}/{a.requests} requests done"
+                      + (f" (failed: {err})" if err else ""), file=sys.stderr)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(a.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        print(f"server_load: {len(failed)} of {a.requests} requests failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
