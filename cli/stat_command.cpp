@@ -38,6 +38,10 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
             warn_if_partial(d);
             Table t = *by == "roofline" ? roofline_table(d, MachineBench::load(*machine)) : stats_table(d, *by);
             std::cout << t.formatted(*format);
+            if (*by == "request" && t.rows.empty())
+                std::cerr << "profinfer: no requests: this recording's llama_decode batches carry no sequence ids "
+                             "(llama_batch_get_one, as llama-simple and llama-bench use); they come from a server's "
+                             "batches (llama-server, llama-parallel)\n";
             return 0;
         };
     });

@@ -151,6 +151,10 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
     ASSERT_EQ(simple.status, 0) << simple.err;
     EXPECT_EQ(scalar_or_zero(s / "run.db", "SELECT count(*) FROM batch_seqs"), 0);
     EXPECT_EQ(scalar_or_zero(s / "run.db", "SELECT count(*) FROM calls"), 4);
+    auto none = run({profinfer_bin(), "stat", s / "run.db", "--by", "request"});
+    EXPECT_EQ(none.status, 0) << none.err;
+    EXPECT_NE(none.err.find("no requests: this recording's llama_decode batches carry no sequence ids"), std::string::npos)
+        << none.err;
 }
 
 // llama-server under concurrent requests (issue: profile a live server): 4 clients, 32
