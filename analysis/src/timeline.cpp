@@ -19,6 +19,9 @@ namespace {
 // Scheduler state tracks get their own Chrome "thread" ids so their slices never
 // interleave with the operator slices of the same thread.
 constexpr int64_t kStateTrackOffset = 1'000'000'000;
+// A track per sequence a server's batches served (view requests): its requests one after
+// another, each with its prompt and decode parts nested.
+constexpr int64_t kSequenceTrackOffset = 2'000'000'000;
 
 // One trace event waiting to be written: its place in the merged order and its text.
 struct Pending {
@@ -156,6 +159,15 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
         }
     }
 
+    {
+        store::Statement st(db.handle(), "SELECT DISTINCT seq FROM requests ORDER BY seq");
+        while (st.step()) {
+            const int64_t seq = st.column_int(0);
+            w.metadata(pid, kSequenceTrackOffset + seq, "thread_name", {{"name", "sequence " + std::to_string(seq) + " (requests)"}});
+            w.metadata(pid, kSequenceTrackOffset + seq, "thread_sort_index", {{"sort_index", sort++}});
+        }
+    }
+
     const std::vector<std::string> counters = db.counter_names();
     std::string counter_cols;
     for (int c = 0; c < store::kCounterSlots; ++c) counter_cols += ", t.c" + std::to_string(c);
@@ -211,6 +223,20 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
             nlohmann::json args = {{"seq", s.column_int(6)}};
             if (kind == "dispatch") args["tensor"] = s.column_text(5);
             return w.slice(pid, s.column_int(0), name, "gpu", s.column_int(1), s.column_int(2), args);
+        });
+    // Requests: the whole request, then its prompt (to the end of its first output's call)
+    // and its decode (to the end of its last output's call), nested under it.
+    add("SELECT * FROM (SELECT seq, start_ns AS b, start_ns + ttft_ns + coalesce(decode_ns, 0) AS e, request, prompt_tokens, "
+        "generated, 'request' FROM requests WHERE ttft_ns IS NOT NULL "
+        "UNION ALL SELECT seq, start_ns, start_ns + ttft_ns, request, prompt_tokens, generated, 'prompt' FROM requests "
+        "WHERE ttft_ns IS NOT NULL "
+        "UNION ALL SELECT seq, start_ns + ttft_ns, start_ns + ttft_ns + decode_ns, request, prompt_tokens, generated, 'decode' "
+        "FROM requests WHERE ttft_ns IS NOT NULL AND decode_ns > 0) ORDER BY b, e - b DESC",
+        [&](const store::Statement& s) -> std::optional<Pending> {
+            const std::string part = s.column_text(6);
+            const std::string name = part == "request" ? "request " + std::to_string(s.column_int(3)) : part;
+            return w.slice(pid, kSequenceTrackOffset + s.column_int(0), name, "request", s.column_int(1), s.column_int(2),
+                           {{"request", s.column_int(3)}, {"prompt_tokens", s.column_int(4)}, {"generated", s.column_int(5)}});
         });
     add(sched_states_sql(pid), [&](const store::Statement& s) -> std::optional<Pending> {
         return w.slice(pid, s.column_int(0) + kStateTrackOffset, s.column_text(3), "sched", s.column_int(1), s.column_int(2),

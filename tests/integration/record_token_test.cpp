@@ -141,6 +141,24 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
         op_ms += q["op_ms"].get<double>();
     }
     EXPECT_EQ(responses_compared, n_ended);
+    // The timeline: a track per sequence, each request a slice with its prompt and decode inside.
+    auto tl = run({profinfer_bin(), "timeline", d / "run.db", "-o", d / "trace.json"});
+    ASSERT_EQ(tl.status, 0) << tl.err;
+    auto trace = nlohmann::json::parse(read_file(d / "trace.json"));
+    const auto& events = trace.is_object() ? trace["traceEvents"] : trace;
+    std::map<std::string, int> parts;
+    std::set<int64_t> tracks;
+    for (const auto& e : events)
+        if (e.value("cat", "") == "request") {
+            const std::string name = e["name"];
+            ++parts[name.rfind("request ", 0) == 0 ? "request" : name];
+            tracks.insert(e["tid"].get<int64_t>());
+        }
+    EXPECT_EQ(parts["request"], 8);
+    EXPECT_EQ(parts["prompt"], 8);
+    EXPECT_EQ(parts["decode"], 8);
+    EXPECT_EQ(tracks.size(), 4u);
+
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     const double served_ms = db.scalar("SELECT sum(dur_ns) FROM node_times WHERE call IN (SELECT call FROM request_calls)") / 1e6;
     EXPECT_NEAR(op_ms, served_ms, served_ms * 1e-6 + 0.01);
