@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--prompt-words", default="8,64", help="min,max words per prompt")
     ap.add_argument("--predict", default="4,24", help="min,max tokens to generate (n_predict)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--think-ms", type=float, default=0,
+                    help="each client waits this long after an answer before its next request (a paced load)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--cache-prompt", action="store_true",
                     help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
@@ -80,6 +82,8 @@ def main():
                     failed.append(job["id"])
                 print(f"server_load: {job['id'] + 1}/{a.requests} requests done"
                       + (f" (failed: {err})" if err else ""), file=sys.stderr)
+            if a.think_ms:
+                time.sleep(a.think_ms / 1000)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(a.clients)]
     for t in threads:

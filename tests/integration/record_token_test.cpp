@@ -193,9 +193,11 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
         << read_file(d / "server.err");
     const std::string load = std::string(PROFINFER_SOURCE_DIR) + "/experiments/server_load.py";
     pid_t client = spawn({"python3", load, "--url", "http://127.0.0.1:" + std::to_string(port), "--clients", "4",
-                          "--requests", "32", "--predict", "8,32", "--seed", "5", "-o", (d / "load.jsonl").string()},
+                          "--requests", "32", "--predict", "8,32", "--seed", "5", "--think-ms", "750", "-o",
+                          (d / "load.jsonl").string()},
                          {}, d / "load.err");
-    // Mid-load: a few answers in.
+    // Mid-load: a few answers in. Each client waits 750 ms between its requests, so that the
+    // load outlasts the attach (a second or two) on any machine: ≥ 6 s for 8 rounds.
     ASSERT_TRUE(wait_until(
         [&] {
             const std::string done = read_file(d / "load.jsonl");
@@ -204,6 +206,7 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
         std::chrono::seconds(120)));
     auto rec = run({profinfer_bin(), "record", "--level", "op", "--pid", std::to_string(server), "--duration", "20", "-o",
                     d / "run.db"});
+    EXPECT_NE(rec.err.find("--duration 20 s reached"), std::string::npos) << rec.err;
     int st = 0;
     waitpid(client, &st, 0);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_file(d / "load.err");
