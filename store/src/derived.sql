@@ -172,7 +172,7 @@ WITH f AS (SELECT request, min(CASE WHEN outputs > 0 THEN call END) AS first_out
                   max(CASE WHEN outputs > 0 THEN call END) AS last_out_call FROM request_calls GROUP BY request)
 SELECT r.request, r.seq, min(r.call) AS first_call, max(r.call) AS last_call, min(r.start_ns) AS start_ns,
        min(r.first_pos) AS first_pos,
-       sum(CASE WHEN r.prompt AND (r.call <= f.first_out_call OR f.first_out_call IS NULL) THEN r.tokens ELSE 0 END) AS prompt_tokens,
+       sum(CASE WHEN r.prompt THEN r.tokens ELSE 0 END) AS prompt_tokens,
        sum(r.outputs) AS generated,
        (SELECT end_ns FROM calls WHERE call = f.first_out_call) - min(r.start_ns) AS ttft_ns,
        (SELECT end_ns FROM calls WHERE call = f.last_out_call) - (SELECT end_ns FROM calls WHERE call = f.first_out_call) AS decode_ns,
