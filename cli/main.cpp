@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     profinfer::cli::add_info(app, action);
     profinfer::cli::add_dag(app, action);
     profinfer::cli::add_timeline(app, action);
+    profinfer::cli::add_export(app, action);
     profinfer::cli::add_stat(app, action);
     profinfer::cli::add_bench_machine(app, action);
     profinfer::cli::add_report(app, action);

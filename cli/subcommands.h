@@ -14,6 +14,7 @@ void add_info(CLI::App& app, std::function<int()>& action);
 void add_model(CLI::App& app, std::function<int()>& action);
 void add_dag(CLI::App& app, std::function<int()>& action);
 void add_timeline(CLI::App& app, std::function<int()>& action);
+void add_export(CLI::App& app, std::function<int()>& action);
 void add_stat(CLI::App& app, std::function<int()>& action);
 void add_bench_machine(CLI::App& app, std::function<int()>& action);
 void add_report(CLI::App& app, std::function<int()>& action);

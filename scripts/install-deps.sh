@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   gnuplot-nox libgnuplot-iostream-dev libboost-iostreams-dev libboost-system-dev libboost-filesystem-dev
   libpfm4-dev libcapstone-dev graphviz
+  libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev golang-go  # export pprof, and go tool pprof for its test
   libgtest-dev libgmock-dev libbenchmark-dev
   bc bsdextrautils fonts-dejavu-core
   python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)
@@ -26,7 +27,8 @@ if [[ "${1:-}" == "--cross-arm64" ]]; then
   packages=(crossbuild-essential-arm64 qemu-user-static clang llvm bpftool
             libbpf-dev:arm64 libelf-dev:arm64 libdw-dev:arm64 zlib1g-dev:arm64 libsqlite3-dev:arm64 libpfm4-dev:arm64
             libboost-iostreams-dev:arm64 libboost-system-dev:arm64 libboost-filesystem-dev:arm64
-            libgtest-dev:arm64 libgmock-dev:arm64 libtomlplusplus-dev:arm64 libbenchmark-dev:arm64)
+            libgtest-dev:arm64 libgmock-dev:arm64 libtomlplusplus-dev:arm64 libbenchmark-dev:arm64
+            libprotobuf-dev:arm64 protobuf-compiler golang-github-google-pprof-dev)
 fi
 # make farm: Ansible (with the ansible.posix collection) and rsync on the controller.
 if [[ "${1:-}" == "--with-ansible" ]]; then packages+=(ansible rsync); fi

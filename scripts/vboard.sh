@@ -57,7 +57,7 @@ cmd_image() {
   local root=$DIR/rootfs.tmp started=$SECONDS
   rm -rf "$root" "$IMAGE.tmp"
   local packages=(systemd-sysv udev kmod iproute2 procps openssh-server ca-certificates busybox initramfs-tools
-                  libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libgomp1 libstdc++6
+                  libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libprotobuf32 libgomp1 libstdc++6
                   libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
                   cmake make python3 sqlite3 bpftool gnuplot-nox graphviz linux-perf rsync util-linux)
   say "building the arm64 root filesystem (mmdebstrap through qemu-user: ~15 minutes)"
