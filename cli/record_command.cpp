@@ -84,6 +84,11 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "profiled for a while, not to its end). The trace is complete, with meta duration_s")
         ->check(CLI::PositiveNumber)
         ->needs(pid_opt);
+    cmd->add_option("--max-db-mb", opts->max_db_mb,
+                    "Keep the trace under M MB (10^6 bytes) by dropping its oldest llama_decode calls whole, with "
+                    "everything recorded before the first call kept (an attach that runs for days); how many were "
+                    "dropped is said at the end and in meta calls_dropped")
+        ->check(number_in(1, std::numeric_limits<double>::infinity()));
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
     cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit] {

@@ -28,6 +28,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::DurationS, "duration_s",
          "--duration: the recording of an attached process stopped after this many seconds and detached (the process "
          "went on)"},
+        {K::MaxDbMb, "max_db_mb", "--max-db-mb: the bound the trace was kept under (MB of 10^6 bytes)"},
+        {K::CallsDropped, "calls_dropped",
+         "--max-db-mb: the oldest llama_decode calls deleted whole, with everything recorded before the first call kept"},
         {K::RecorderPid, "recorder_pid", "the recording process"},
         {K::RecorderStart, "recorder_start",
          "its start time in clock ticks: a reader on the same host that finds the run running with that process gone "

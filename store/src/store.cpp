@@ -246,9 +246,12 @@ void Database::initialise(Mode mode) {
 Database::~Database() {
     // A finished trace is one self-contained file: readers then leave no -wal or -shm beside
     // it and can read it where they cannot write.
+    // The log goes first: the indexes are then written into the file's free pages (a
+    // --max-db-mb trace's are most of what it freed), which a rollback journal does not copy,
+    // rather than into a write-ahead log beside a file already at its largest.
     if (writer_) {
-        build_indexes(db_);
         sqlite3_exec(db_, "PRAGMA journal_mode = DELETE", nullptr, nullptr, nullptr);
+        build_indexes(db_);
     }
     sqlite3_close(db_);
 }

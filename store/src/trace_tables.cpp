@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "profinfer/error.h"
@@ -103,6 +104,72 @@ void TraceTables::begin() {
 
 void TraceTables::commit() {
     if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
+}
+
+int64_t TraceTables::live_bytes() {
+    return (db_.scalar("PRAGMA page_count") - db_.scalar("PRAGMA freelist_count")) * db_.scalar("PRAGMA page_size");
+}
+
+namespace {
+int64_t size_or_zero(const std::string& path) {
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(path, ec);
+    return ec ? 0 : int64_t(n);
+}
+}  // namespace
+
+int64_t TraceTables::log_bytes() {
+    return size_or_zero(db_.path().string() + "-wal") + size_or_zero(db_.path().string() + "-journal");
+}
+
+int64_t TraceTables::calls_recorded() { return db_.scalar("SELECT count(*) FROM tokens"); }
+
+void TraceTables::checkpoint() {
+    commit();
+    sqlite3_wal_checkpoint_v2(db_.handle(), nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+}
+
+int64_t TraceTables::drop_oldest_calls(int64_t n, const std::vector<int64_t>& keep_defs) {
+    if (n <= 0) return 0;
+    Statement first_kept(db_.handle(), "SELECT start_ns FROM tokens ORDER BY start_ns, id LIMIT 1 OFFSET ?");
+    first_kept.bind(1, n);
+    if (!first_kept.step()) return 0;  // fewer calls than that: keep them all
+    const int64_t cut = first_kept.column_int(0);
+    begin();
+    // Graph numbers grow with their start (one counter, taken as a graph begins): the graphs
+    // begun before the cut are those up to the last of them, and their records are all in
+    // (they ended before the call kept began).
+    Statement last(db_.handle(), "SELECT coalesce(max(seq), -1) FROM graphs WHERE start_ns < ?");
+    last.bind(1, cut).step();
+    const int64_t s = last.column_int(0);
+    db_.exec("CREATE TEMP TABLE IF NOT EXISTS prune_keep_defs (id INTEGER PRIMARY KEY)");
+    db_.exec("DELETE FROM prune_keep_defs");
+    {
+        Statement keep(db_.handle(), "INSERT OR IGNORE INTO prune_keep_defs(id) VALUES (?)");
+        for (int64_t id : keep_defs) keep.bind(1, id).run();
+    }
+    const std::string seq = std::to_string(s), ts = std::to_string(cut);
+    db_.exec("DELETE FROM op_samples WHERE op_id IN (SELECT id FROM ops WHERE graph_seq <= " + seq + ")");
+    db_.exec("DELETE FROM ops WHERE graph_seq <= " + seq);
+    db_.exec("DELETE FROM graph_nodes WHERE graph_seq <= " + seq);
+    db_.exec("DELETE FROM experts WHERE graph_seq <= " + seq);
+    db_.exec("DELETE FROM gpu_events WHERE graph_seq <= " + seq);
+    db_.exec("DELETE FROM graphs WHERE seq <= " + seq);
+    db_.exec("CREATE TEMP TABLE IF NOT EXISTS prune_defs (id INTEGER PRIMARY KEY)");
+    db_.exec("DELETE FROM prune_defs");
+    db_.exec("INSERT INTO prune_defs SELECT id FROM node_defs WHERE graph_seq <= " + seq +
+             " AND id NOT IN (SELECT def_id FROM graph_nodes) AND id NOT IN (SELECT id FROM prune_keep_defs)");
+    db_.exec("DELETE FROM node_def_srcs WHERE def_id IN (SELECT id FROM prune_defs)");
+    db_.exec("DELETE FROM node_defs WHERE id IN (SELECT id FROM prune_defs)");
+    db_.exec("DELETE FROM batch_seqs WHERE token_id IN (SELECT id FROM tokens WHERE start_ns < " + ts + ")");
+    db_.exec("DELETE FROM ops_untraced WHERE token_id IN (SELECT id FROM tokens WHERE start_ns < " + ts + ")");
+    const int64_t calls = db_.scalar("SELECT count(*) FROM tokens WHERE start_ns < " + ts);
+    db_.exec("DELETE FROM tokens WHERE start_ns < " + ts);
+    db_.exec("DELETE FROM sched_switch WHERE ts_ns < " + ts);
+    db_.exec("DELETE FROM sched_wakeup WHERE ts_ns < " + ts);
+    db_.exec("DELETE FROM qos_events WHERE ts_ns < " + ts);
+    commit();
+    return calls;
 }
 
 int64_t TraceTables::add(const TokenRow& r) {

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <regex>
 
 #include "profinfer/store.h"
@@ -249,4 +251,70 @@ TEST(RecordLimits, MemoryLimitPutsTheCommandInACgroupOfItsOwn) {
     auto pid = run({profinfer_bin(), "record", "--memory-limit", "1G", "--pid", "1", "-o", d / "y.db"});
     EXPECT_NE(pid.status, 0);
     EXPECT_NE(pid.err.find("excludes"), std::string::npos) << pid.err;
+}
+
+// --max-db-mb: a decode long enough to write several times the bound at --level op. The trace
+// never passes the bound on disk (database and log, sampled while it records, and the finished
+// file with its indexes), the oldest calls are dropped whole and said so (stderr, meta), and
+// what is kept is the newest calls, each with all of its operators: every kept decode call has
+// as many computed nodes as the first decode calls of an unbounded recording of the same run.
+TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
+    PROFINFER_REQUIRE_BPF();
+    const std::vector<std::string> command = {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "1500", "2",
+                                              "--no-callback"};
+    TempDir whole;
+    auto ref = record(whole, {"--level", "op"}, {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "12", "2",
+                                                 "--no-callback"});
+    ASSERT_EQ(ref.result.status, 0) << ref.result.err;
+    const int64_t nodes_per_decode =
+        count(ref.db, "SELECT min(n) FROM (SELECT count(*) AS n FROM node_times WHERE phase = 'decode' GROUP BY call)");
+    ASSERT_EQ(nodes_per_decode, count(ref.db, "SELECT max(n) FROM (SELECT count(*) AS n FROM node_times WHERE phase = "
+                                              "'decode' GROUP BY call)"));
+
+    TempDir d;
+    const int64_t bound = 4'000'000;
+    std::atomic<bool> done{false};
+    std::atomic<int64_t> largest{0};
+    std::string at_largest;  // its parts, for the message
+    std::thread watch([&] {
+        while (!done) {
+            int64_t bytes = 0;
+            std::string parts;
+            for (const char* suffix : {"", "-wal", "-journal"}) {
+                std::error_code ec;
+                const auto n = fs::file_size(d / ("run.db" + std::string(suffix)), ec);
+                if (!ec) bytes += int64_t(n), parts += std::string(" run.db") + suffix + " " + std::to_string(n);
+            }
+            if (bytes > largest) largest = bytes, at_largest = parts;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    auto rec = record(d, {"--level", "op", "--max-db-mb", "4"}, command);
+    done = true;
+    watch.join();
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_LE(largest.load(), bound) << "the trace passed its bound while recording:" << at_largest;
+    EXPECT_LE(int64_t(fs::file_size(rec.db)), bound);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(rec.result.err, m, std::regex(R"(--max-db-mb 4: the oldest (\d+) llama_decode calls were dropped)")))
+        << rec.result.err;
+    const int64_t dropped = std::stoll(m[1]);
+    const int64_t kept = count(rec.db, "SELECT count(*) FROM calls");
+    std::cout << "kept " << kept << " calls, dropped " << dropped << "; at most " << largest.load() << " bytes on disk\n";
+    EXPECT_GT(dropped, 0);
+    EXPECT_EQ(kept + dropped, 1500) << "every call either kept or counted as dropped";
+    EXPECT_EQ(count(rec.db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'calls_dropped'"), dropped);
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM meta WHERE key = 'status' AND value = 'complete'"), 1);
+    // The newest: the prefill (the first call) went, and the calls kept run to the end.
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM calls WHERE phase = 'prefill'"), 0);
+    // Whole: each kept call with all its nodes, no record left of a dropped one.
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM (SELECT call, count(*) AS n FROM node_times GROUP BY call) WHERE n != " +
+                                std::to_string(nodes_per_decode)),
+              0);
+    EXPECT_EQ(count(rec.db, "SELECT count(DISTINCT call) FROM node_times"), kept);
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM ops WHERE graph_seq NOT IN (SELECT seq FROM graphs)"), 0);
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM graph_nodes WHERE def_id NOT IN (SELECT id FROM node_defs)"), 0);
+    EXPECT_EQ(count(rec.db, "SELECT count(*) FROM graphs WHERE seq NOT IN (SELECT graph_seq FROM call_graphs)"), 0);
+    auto stat = run({profinfer_bin(), "stat", rec.db, "--by", "op"});
+    EXPECT_EQ(stat.status, 0) << stat.err;
 }

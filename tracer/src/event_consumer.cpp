@@ -51,6 +51,11 @@ int EventConsumer::handle(const void* data, size_t size) {
                 gate_action_ = gate_action_ && *gate_action_ != action ? std::nullopt : std::optional(action);
         }
     }
+    if (pause_bytes_ && (since_pause_ += size) >= pause_bytes_) {
+        since_pause_ = 0;
+        paused_ = true;
+        return -EAGAIN;
+    }
     return 0;
 }
 
@@ -60,9 +65,19 @@ void EventConsumer::raise_if_failed() {
 
 void EventConsumer::drain() {
     raise_if_failed();
-    const int n = ring_buffer__consume(rb_);
-    raise_if_failed();
-    if (n < 0 && n != -EINTR) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
+    for (;;) {
+        // A negative return from the callback stops ring_buffer__consume after that record,
+        // which it has consumed: a pause loses nothing.
+        const int n = ring_buffer__consume(rb_);
+        raise_if_failed();
+        if (paused_) {
+            paused_ = false;
+            between_();
+            continue;
+        }
+        if (n < 0 && n != -EINTR) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
+        return;
+    }
 }
 
 bool EventConsumer::take_library_changed() {

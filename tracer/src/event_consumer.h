@@ -3,6 +3,8 @@
 // speeds go to the operator gate (QoS or budget), if any. Its one failure — a record it
 // cannot store (a full disk, a layout that reads garbage) — comes out of drain() as
 // profinfer::Error; what happens to the target then is the recorder's decision.
+#include <cstddef>
+#include <functional>
 #include <optional>
 
 #include "probe_attacher.h"
@@ -24,6 +26,12 @@ public:
     // Stores what the kernel side has handed over (with or without a wake-up), without
     // waiting: the recorder sleeps on the ring buffer's descriptor (ringbuf_fd) itself.
     void drain();
+    // drain() stops after every BYTES of records to call BETWEEN, then goes on (record
+    // --max-db-mb: the trace is bounded within a drain, however much the buffer holds).
+    void pause_every(size_t bytes, std::function<void()> between) {
+        pause_bytes_ = bytes;
+        between_ = std::move(between);
+    }
     // A loader stop was reported since the last call (the target waits, stopped).
     bool take_library_changed();
     // What the operator gate decided since the last call.
@@ -41,6 +49,9 @@ private:
     std::string error_;
     bool library_changed_ = false;
     std::optional<OperatorGate::Action> gate_action_;
+    size_t pause_bytes_ = 0, since_pause_ = 0;
+    bool paused_ = false;
+    std::function<void()> between_;
 };
 
 }  // namespace profinfer

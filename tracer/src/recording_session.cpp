@@ -49,6 +49,10 @@ bool ended(pid_t pid) { return !process_exists(pid) || process_state(pid) == 'Z'
 RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(target) {
     writer_ = std::make_unique<TraceWriter>(p_.tables, p_.probes.layout(), p_.opts.sched_peers);
     consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(p_.program.skel()->maps.events), *writer_, p_.gate, p_.probes);
+    if (p_.opts.max_db_mb > 0) {
+        bound_ = std::make_unique<DbBound>(p_.tables, int64_t(p_.opts.max_db_mb * 1e6));
+        consumer_->pause_every(size_t(DbBound::kCheckEvery * p_.opts.max_db_mb * 1e6), [this] { settle_bound(); });
+    }
 }
 
 RecordingSession::~RecordingSession() {
@@ -170,6 +174,13 @@ void RecordingSession::commit() {
     writer_->begin();
     store_loss_counts();
     writer_->commit();
+    settle_bound();
+}
+
+// --max-db-mb: checked after every drain and within one every DbBound::kCheckEvery of the
+// bound in records, not only at the 250-ms commits.
+void RecordingSession::settle_bound() {
+    if (bound_) bound_->settle([this] { return writer_->node_defs_in_force(); }, [this] { writer_->commit(); });
 }
 
 // What the budget knows about this run's cost (at every switch, and at the end).
@@ -287,6 +298,7 @@ int RecordingSession::poll_until_exit() {
         if (recording_error_.empty()) {
             try {
                 consumer_->drain();
+                settle_bound();
                 // The stop count, not the record, says the target sits stopped: it moves
                 // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
                 // also when the record was lost.
@@ -372,6 +384,13 @@ int RecordingSession::finish(int status) {
             std::cerr << "profinfer: --duration " << format_double(p_.opts.duration_s, "%g") << " s reached: detached from pid "
                       << pid_ << ", which goes on\n";
     }
+    if (bound_) {
+        writer_->commit();
+        settle_bound();
+        writer_->begin();
+        set_meta(K::MaxDbMb, format_double(p_.opts.max_db_mb, "%g"));
+        set_meta(K::CallsDropped, std::to_string(bound_->calls_dropped()));
+    }
     std::string error;
     if (lost_total) error = std::to_string(lost_total) + " records lost (ring buffer full)";
     if (left_running_)
@@ -426,6 +445,10 @@ void RecordingSession::print_summary(store::RunStatus rs, int64_t cut, const std
     if (lost_total)
         std::cerr << "profinfer: warning: " << lost_total
                   << " events were lost (ring buffer full): raise --buffer-mb or lower --level\n";
+    if (bound_ && bound_->calls_dropped())
+        std::cerr << "profinfer: --max-db-mb " << format_double(p_.opts.max_db_mb, "%g") << ": the oldest "
+                  << bound_->calls_dropped() << " llama_decode calls were dropped whole (" << bound_->prunes()
+                  << " times) to keep the trace under " << format_double(p_.opts.max_db_mb, "%g") << " MB\n";
     if (cut)
         std::cerr << "profinfer: " << cut << " operator records of the graph under way when recording stopped were cut\n";
     if (left_running_)

@@ -12,6 +12,7 @@
 
 #include "budget_controller.h"
 #include "consumer_priority.h"
+#include "db_bound.h"
 #include "event_consumer.h"
 #include "launcher.h"
 #include "operator_gate.h"
@@ -59,6 +60,7 @@ private:
     void adopt_follower();
     void store_loss_counts();
     void commit();
+    void settle_bound();
     void write_budget_meta();
     void apply_gate();
     void stop_recording(const std::string& why);
@@ -73,6 +75,7 @@ private:
     std::unique_ptr<TraceWriter> writer_;
     std::unique_ptr<EventConsumer> consumer_;
     std::unique_ptr<ConsumerPriority> priority_;
+    std::unique_ptr<DbBound> bound_;  // --max-db-mb
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;

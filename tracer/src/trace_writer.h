@@ -40,6 +40,13 @@ public:
     std::vector<int> counter_slots_read_zero() const;
     // Scheduler counterparts whose identity was left out (--sched-peers).
     uint64_t peers_removed() const { return peers_removed_; }
+    // The node_defs rows later graphs' nodes will point at (a tensor's details in force).
+    std::vector<int64_t> node_defs_in_force() const {
+        std::vector<int64_t> ids;
+        ids.reserve(node_def_ids_.size());
+        for (const auto& [tensor, id] : node_def_ids_) ids.push_back(id);
+        return ids;
+    }
 
 private:
     struct Peer {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "profinfer/meta_keys.h"
 #include "profinfer/store.h"
@@ -143,6 +144,20 @@ public:
     void add(const QosEventRow& r);
     void set_lost(const std::string& kind, int64_t count);  // replaces the kind's count
     void set_meta(MetaKey key, const std::string& value) { db_.set_meta(key, value); }
+
+    // Bounding a long recording (record --max-db-mb). Bytes of the database's pages in use
+    // (freed pages are reused before the file grows), and of its log file on disk.
+    int64_t live_bytes();
+    int64_t log_bytes();  // the write-ahead log (or rollback journal) file
+    int64_t calls_recorded();  // llama_decode calls in the trace
+    // Copies the write-ahead log into the database and truncates it (no-op without one).
+    void checkpoint();
+    // Deletes the N oldest llama_decode calls whole (N < the calls recorded: the newest is
+    // always kept) with everything recorded before the first call kept: its graphs, their
+    // operators, nodes, experts, GPU events, batches' sequences, scheduler and QoS events.
+    // A node_defs row survives while a graph kept points at it or it is in KEEP_DEFS (the
+    // writer's details in force for later graphs). Commits. Returns the calls deleted.
+    int64_t drop_oldest_calls(int64_t n, const std::vector<int64_t>& keep_defs);
 
 private:
     struct Statements;

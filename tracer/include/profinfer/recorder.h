@@ -54,6 +54,8 @@ struct RecordOptions {
     bool stop_with_parent = false;
     // > 0, with pid: stop recording after this many seconds and detach (the process goes on).
     double duration_s = 0;
+    // > 0: keep the trace under this many MB (10^6 bytes) by dropping its oldest calls whole.
+    double max_db_mb = 0;
 };
 
 // Records one run into a new trace store. Returns the exit status for the
