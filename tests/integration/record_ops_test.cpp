@@ -343,22 +343,30 @@ TEST(RecordFull, MajorFaultsPerOperatorColdVersusWarm) {
 }
 
 // --pid: attach to a llama.cpp process already generating; records from the next token
-// on and ends when the target exits.
+// on and ends when the target exits. The target decodes until the test ends it (a fixed
+// count finished before the attach on a fast machine), once the recording holds 60 calls.
 TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "800", "2"}, d / "out");
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "2"}, d / "out");
     // Decoding is under way once the first decode call's nodes are out.
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2") != std::string::npos; },
                            std::chrono::seconds(60)));
-    auto r = run({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
+    pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "-o", (d / "run.db").string(), "--pid",
+                       std::to_string(target)},
+                      d / "rec.out", d / "rec.err");
+    const bool enough = wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") >= 60; },
+                                   std::chrono::seconds(300));
+    kill(target, SIGTERM);
     int st = 0;
     waitpid(target, &st, 0);
-    ASSERT_EQ(r.status, 0) << r.err;
+    const auto status = reap(rec, std::chrono::seconds(120));
+    ASSERT_TRUE(enough) << read_file(d / "rec.err");
+    ASSERT_EQ(status, 0) << read_file(d / "rec.err");
     auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.meta[store::MetaKey::Status], "complete");
     EXPECT_EQ(s.prefill_calls, 0);  // the prompt was before we attached
-    EXPECT_GT(s.decode_calls, 50);
+    EXPECT_GE(s.decode_calls, 60);
     EXPECT_GT(s.operators, 1000);
     EXPECT_EQ(lost(d / "run.db"), 0);
 }
