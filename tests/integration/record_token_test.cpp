@@ -230,13 +230,57 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
     EXPECT_EQ(lines, 32);
     ASSERT_GE(server_side.size(), 8u) << "too few requests inside the recording to compare";
     std::cout << server_side.size() << " of 32 requests inside the recording compared\n";
-    store::Statement q(db.handle(), "SELECT prompt_tokens, generated, start_ns FROM requests");
+    struct Ours {
+        int64_t prompt, generated, start_ns;
+        double ttft_ms, decode_ms;
+    };
+    std::vector<Ours> recorded;
+    store::Statement q(db.handle(), "SELECT prompt_tokens, generated, start_ns, ttft_ns, decode_ns FROM requests");
     while (q.step())
-        if (q.column_int(2) > first_sent && q.column_int(2) < last) ours.insert({q.column_int(0), q.column_int(1)});
+        if (q.column_int(2) > first_sent && q.column_int(2) < last) {
+            ours.insert({q.column_int(0), q.column_int(1)});
+            recorded.push_back({q.column_int(0), q.column_int(1), q.column_int(2), q.column_int(3) / 1e6, q.column_int(4) / 1e6});
+        }
     // Ours may hold requests still running when the recording ended: those are not compared.
     for (const auto& r : server_side) {
         auto it = ours.find(r);
         EXPECT_NE(it, ours.end()) << "no recorded request with prompt_n " << r.first << ", predicted_n " << r.second;
         if (it != ours.end()) ours.erase(it);
     }
+    // Times: each request against the recorded one with its counts that began while it was
+    // in flight. The server times the prompt from before it builds the batch that starts it
+    // to after it sampled the first token (prompt_ms), and the decode from that sample to the
+    // last (predicted_ms); we time from the start of the first call holding the prompt to the
+    // end of the call computing its first output, and from there to the end of the call
+    // computing its last. Each end of a server's window lies within the server's work between
+    // two calls (batch building, sampling: the gaps between llama_decode calls, recorded), so
+    // ours agree within 10 % plus twice the longest such gap during the request.
+    store::Statement gaps(db.handle(),
+                   "SELECT coalesce(max(next_start - end_ns), 0) FROM (SELECT end_ns, lead(start_ns) OVER (ORDER BY "
+                   "start_ns) AS next_start FROM calls) WHERE end_ns >= ? AND next_start <= ?");
+    int timed = 0;
+    std::istringstream again(read_file(d / "load.jsonl"));
+    for (std::string line; std::getline(again, line);) {
+        auto j = nlohmann::json::parse(line);
+        if (j["sent_ns"].get<int64_t>() <= first || j["received_ns"].get<int64_t>() >= last) continue;
+        const auto& t = j["timings"];
+        std::vector<const Ours*> match;
+        for (const auto& o : recorded)
+            if (o.prompt == t["prompt_n"].get<int64_t>() && o.generated == t["predicted_n"].get<int64_t>() &&
+                o.start_ns >= j["sent_ns"].get<int64_t>() && o.start_ns <= j["received_ns"].get<int64_t>())
+                match.push_back(&o);
+        if (match.size() != 1) continue;  // two alike in flight at once: which is which is unknown
+        gaps.bind(1, match[0]->start_ns).bind(2, match[0]->start_ns + int64_t((match[0]->ttft_ms + match[0]->decode_ms) * 1e6));
+        ASSERT_TRUE(gaps.step());
+        const double gap_ms = gaps.column_int(0) / 1e6;
+        gaps.reset();
+        const double prompt_ms = t["prompt_ms"].get<double>(), predicted_ms = t["predicted_ms"].get<double>();
+        EXPECT_NEAR(match[0]->ttft_ms, prompt_ms, 0.1 * prompt_ms + 2 * gap_ms) << line;
+        EXPECT_NEAR(match[0]->decode_ms, predicted_ms, 0.1 * predicted_ms + 2 * gap_ms) << line;
+        std::cout << "request " << j["request"] << ": ttft " << match[0]->ttft_ms << " ms (server " << prompt_ms
+                  << "), decode " << match[0]->decode_ms << " ms (server " << predicted_ms << "); longest gap between calls "
+                  << gap_ms << " ms\n";
+        ++timed;
+    }
+    EXPECT_GE(timed, int(server_side.size()) / 2) << "too few requests told apart to compare their times";
 }
