@@ -14,18 +14,21 @@ int BPF_KPROBE(dl_debug_state)
 	__u32 tgid = pid_tgid >> 32;
 	if (!stop_on_library_load)
 		return 0;
-	if (!is_target(pid_tgid)) {
-		if (!follow_children || target_chosen || !bpf_map_lookup_elem(&followed, &tgid))
-			return 0;
-		held_followers[tgid & (PI_HELD_SLOTS - 1)] = tgid;
-	}
+	if (!is_target(pid_tgid) &&
+	    (!follow_children || target_chosen || !bpf_map_lookup_elem(&followed, &tgid)))
+		return 0;
 	/* Order matters: the stop is generated (synchronously here, interrupts are on in a
-	 * uprobe) and counted before user space can hear of it, so the SIGCONT it sends on
-	 * seeing the count or the record always comes after the SIGSTOP and cancels it. The
-	 * other way round the target could be preempted between the record and the signal,
-	 * be resumed first and then stop itself for good. */
-	if (bpf_send_signal(19 /* SIGSTOP */) == 0)
+	 * uprobe), then the process noted as held, then counted, before user space can hear of
+	 * it. User space reads the count, then takes the held processes, and SIGCONTs those it
+	 * took: every stop it counted has its process among them, and any process it took has
+	 * its SIGSTOP pending already, which the SIGCONT cancels. The other way round a process
+	 * could be resumed first and then stop itself for good. Every process held is noted,
+	 * the target too: user space may make a follower the target while the old one sits at
+	 * a stop of its own, and must resume both. */
+	if (bpf_send_signal(19 /* SIGSTOP */) == 0) {
+		held_followers[tgid & (PI_HELD_SLOTS - 1)] = tgid;
 		__sync_fetch_and_add(&library_stops, 1);
+	}
 	struct pi_library_event *ev = reserve(PI_EV_LIBRARY, sizeof(*ev));
 	if (ev) {
 		fill_header(&ev->h, PI_EV_LIBRARY, sizeof(*ev), pid_tgid);

@@ -28,8 +28,9 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } followed SEC(".maps");
-/* Followers held at a loader stop, by tgid % PI_HELD_SLOTS: user space (and the guardian
- * process, through its mapping of this .bss) resumes each and clears its slot. */
+/* Processes held at a loader stop (followers, and the target), by tgid % PI_HELD_SLOTS:
+ * user space (and the guardian process, through its mapping of this .bss) resumes each and
+ * clears its slot. */
 #define PI_HELD_SLOTS 8
 __u32 held_followers[PI_HELD_SLOTS] = {};
 /* Stop the target when the dynamic loader changes its link map, so that user space can

@@ -137,9 +137,9 @@ bool RecordingSession::fail(const std::string& why) {
 // A launched command that forks (`unshare --pid --fork`, `timeout`, a shell): the first
 // process of its tree held at a loader stop with libllama loaded becomes the target; its
 // probes go in before it runs on.
-void RecordingSession::adopt_follower() {
+void RecordingSession::adopt_follower(const std::vector<pid_t>& held) {
     if (!p_.child || p_.program.target_chosen()) return;
-    for (const pid_t f : p_.program.held_followers()) {
+    for (const pid_t f : held) {
         if (f == pid_) continue;
         bool llama = false;
         try {
@@ -304,10 +304,12 @@ int RecordingSession::poll_until_exit() {
                 // also when the record was lost.
                 const bool library_record = consumer_->take_library_changed();
                 if (library_record || p_.program.target_held()) {
-                    adopt_follower();
+                    // Taken first: a process that stops while we look is not resumed unseen.
+                    const auto held = p_.program.take_held();
+                    adopt_follower(held.pids);
                     p_.probes.attach_new_libraries();
                     if (p_.probes.seen_role(LibRole::Llama)) p_.program.set_target_chosen();
-                    p_.program.resume_if_held(pid_);
+                    p_.program.resume(held, pid_);
                 }
                 apply_gate();
                 if (priority_) priority_->settle();

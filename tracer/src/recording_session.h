@@ -57,7 +57,7 @@ public:
     pid_t target() const { return pid_; }
 
 private:
-    void adopt_follower();
+    void adopt_follower(const std::vector<pid_t>& held);
     void store_loss_counts();
     void commit();
     void settle_bound();

@@ -220,13 +220,31 @@ bool TracerProgram::target_held() const {
                         __atomic_load_n(&skel_->bss->library_resumes, __ATOMIC_ACQUIRE);
 }
 
+TracerProgram::Held TracerProgram::take_held() {
+    Held h;
+    if (!skel_) return h;
+    // A process's slot is written before its SIGSTOP, and the count after it: read the
+    // count first, and every stop it includes has its process in a slot read after.
+    h.stops = __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE);
+    for (auto& slot : skel_->bss->held_followers)
+        if (const pid_t f = pid_t(__atomic_exchange_n(&slot, 0u, __ATOMIC_ACQ_REL))) h.pids.push_back(f);
+    return h;
+}
+
+void TracerProgram::resume(const Held& held, pid_t target) {
+    if (!skel_ || target <= 0) return;
+    // Never backwards: the guardian may have resumed further meanwhile.
+    uint64_t resumes = __atomic_load_n(&skel_->bss->library_resumes, __ATOMIC_ACQUIRE);
+    if (held.stops <= resumes && held.pids.empty()) return;
+    if (held.stops > resumes) __atomic_store_n(&skel_->bss->library_resumes, held.stops, __ATOMIC_RELEASE);
+    for (const pid_t f : held.pids)
+        if (f != target) kill(f, SIGCONT);
+    kill(target, SIGCONT);
+}
+
 void TracerProgram::resume_if_held(pid_t target) {
     if (!target_held() || target <= 0) return;
-    __atomic_store_n(&skel_->bss->library_resumes, __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE),
-                     __ATOMIC_RELEASE);
-    for (auto& slot : skel_->bss->held_followers)
-        if (const pid_t f = pid_t(__atomic_exchange_n(&slot, 0u, __ATOMIC_ACQ_REL)); f && f != target) kill(f, SIGCONT);
-    kill(target, SIGCONT);
+    resume(take_held(), target);
 }
 
 int64_t TracerProgram::ops_pending() const {
@@ -256,13 +274,6 @@ void TracerProgram::hand_stops_to(TargetGuardian& guardian) const {
                          {at(&skel_->bss->library_stops), at(&skel_->bss->library_resumes),
                           at(&skel_->bss->guardian_resumes), at(&skel_->bss->held_followers[0]),
                           std::size(skel_->bss->held_followers)});
-}
-
-std::vector<pid_t> TracerProgram::held_followers() const {
-    std::vector<pid_t> v;
-    for (const auto& slot : skel_->bss->held_followers)
-        if (const pid_t f = pid_t(__atomic_load_n(&slot, __ATOMIC_ACQUIRE))) v.push_back(f);
-    return v;
 }
 
 void TracerProgram::retarget(pid_t target) {

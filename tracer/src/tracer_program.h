@@ -44,8 +44,18 @@ public:
     // A loader stop of ours holds the target (the kernel side stopped it more often than
     // it was resumed, by us or by the guardian).
     bool target_held() const;
+    // The processes held at loader stops, taken: the stop count first, then the slots (so a
+    // stop counted in it has its process among them; a later one is left for next time).
+    struct Held {
+        uint64_t stops = 0;
+        std::vector<pid_t> pids;
+    };
+    Held take_held();
+    // Undoes the stops of HELD (taken before anything about them was decided): each of its
+    // processes and TARGET go on. A stop after the take stays held for the next look.
+    void resume(const Held& held, pid_t target);
     // Undoes a stop of ours (a target somebody else stopped stays stopped): TARGET and any
-    // follower held at a loader stop go on.
+    // process held at a loader stop go on.
     void resume_if_held(pid_t target);
     // Node records the kernel side still holds for threads mid-graph.
     int64_t ops_pending() const;
@@ -57,9 +67,8 @@ public:
     const CounterSpec* counter(int slot) const;
     // The guardian watches the loader-stop counters in the object's .bss.
     void hand_stops_to(TargetGuardian& guardian) const;
-    // A launched command's tree: processes held at a loader stop, the target chosen among
-    // them (its tgid now the one the probes keep).
-    std::vector<pid_t> held_followers() const;
+    // A launched command's tree: the target chosen among its processes held (take_held),
+    // its tgid now the one the probes keep.
     void retarget(pid_t target);
     bool target_chosen() const;
     void set_target_chosen();
