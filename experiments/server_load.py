@@ -33,6 +33,51 @@ def complete(url, body, timeout):
         return json.load(r)
 
 
+def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24), seed=1, think_ms=0,
+             timeout=600, cache_prompt=False, out=None):
+    """Runs the load; returns one row per request (the JSON lines written to OUT, if given)."""
+    rng = random.Random(seed)
+    jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*prompt_words)), "n_predict": rng.randint(*predict)}
+            for i in range(requests)]
+    lock = threading.Lock()
+    rows = []
+
+    def client(c):
+        while True:
+            with lock:
+                if not jobs:
+                    return
+                job = jobs.pop(0)
+            body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": cache_prompt,
+                    "temperature": 0, "seed": seed, "ignore_eos": True}
+            t0 = time.monotonic_ns()
+            try:
+                r = complete(url, body, timeout)
+                err = None
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                r, err = {}, str(e)
+            t1 = time.monotonic_ns()
+            row = {"request": job["id"], "client": c, "sent_ns": t0, "received_ns": t1,
+                   "n_predict": job["n_predict"], "timings": r.get("timings"), "content": r.get("content"),
+                   "error": err}
+            with lock:
+                rows.append(row)
+                if out:
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                print(f"server_load: {len(rows)}/{requests} requests done"
+                      + (f" (failed: {err})" if err else ""), file=sys.stderr)
+            if think_ms:
+                time.sleep(think_ms / 1000)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", default="http://127.0.0.1:8080")
@@ -48,48 +93,10 @@ def main():
                     help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
     ap.add_argument("-o", "--output", default="-")
     a = ap.parse_args()
-    pw = [int(x) for x in a.prompt_words.split(",")]
-    pn = [int(x) for x in a.predict.split(",")]
-    rng = random.Random(a.seed)
-    jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*pw)), "n_predict": rng.randint(*pn)}
-            for i in range(a.requests)]
-    lock = threading.Lock()
     out = sys.stdout if a.output == "-" else open(a.output, "w")
-    failed = []
-
-    def client(c):
-        while True:
-            with lock:
-                if not jobs:
-                    return
-                job = jobs.pop(0)
-            body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": a.cache_prompt,
-                    "temperature": 0, "seed": a.seed, "ignore_eos": True}
-            t0 = time.monotonic_ns()
-            try:
-                r = complete(a.url, body, a.timeout)
-                err = None
-            except (urllib.error.URLError, OSError, ValueError) as e:
-                r, err = {}, str(e)
-            t1 = time.monotonic_ns()
-            row = {"request": job["id"], "client": c, "sent_ns": t0, "received_ns": t1,
-                   "n_predict": job["n_predict"], "timings": r.get("timings"), "content": r.get("content"),
-                   "error": err}
-            with lock:
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                if err:
-                    failed.append(job["id"])
-                print(f"server_load: {job['id'] + 1}/{a.requests} requests done"
-                      + (f" (failed: {err})" if err else ""), file=sys.stderr)
-            if a.think_ms:
-                time.sleep(a.think_ms / 1000)
-
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(a.clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    rows = run_load(a.url, a.clients, a.requests, [int(x) for x in a.prompt_words.split(",")],
+                    [int(x) for x in a.predict.split(",")], a.seed, a.think_ms, a.timeout, a.cache_prompt, out)
+    failed = [r for r in rows if r["error"]]
     if failed:
         print(f"server_load: {len(failed)} of {a.requests} requests failed", file=sys.stderr)
         return 1

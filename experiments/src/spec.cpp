@@ -21,7 +21,7 @@ const std::vector<std::pair<std::string, std::string>> kParameters = {
     {"model", "llama3.2-1b"}, {"type", "q4_0"}, {"backend", "cpu"}, {"threads", "2"}, {"ctx", "0"},
     {"prompt", "0"},          {"gen", "32"},    {"fa", "on"},       {"ngl", "0"},      {"reps", "1"},
     {"hog", "none"},          {"ot", "none"},   {"nopo", "0"},      {"mem", "none"},   {"program", "llama-bench"},
-    {"tracer", "level"},      {"routing", "zipf:1"}, {"vkperf", "off"}, {"mmap", "on"}};
+    {"tracer", "level"},      {"routing", "zipf:1"}, {"vkperf", "off"}, {"mmap", "on"}, {"clients", "1"}};
 
 // Parameters added after results were recorded: at their default they are left out of a
 // point's key, so that the points recorded before keep their identity.
@@ -29,7 +29,8 @@ bool left_out_of_key(const std::string& name, const std::string& value) {
     return (name == "hog" && value == "none") || (name == "ot" && value == "none") || (name == "nopo" && value == "0") ||
            (name == "mem" && value == "none") || (name == "program" && value == "llama-bench") ||
            (name == "tracer" && value == "level") || (name == "routing" && value == "zipf:1") ||
-           (name == "vkperf" && value == "off") || (name == "mmap" && value == "on");
+           (name == "vkperf" && value == "off") || (name == "mmap" && value == "on") ||
+           (name == "clients" && value == "1");
 }
 
 std::string as_text(const toml::node& n) {
@@ -61,8 +62,11 @@ bool known_tracer(const std::string& t) {
 }
 
 void check_value(const std::string& name, const std::string& v, const std::string& where) {
-    if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort")
-        throw Error(where + ": program is llama-bench, evalcb or ort, not '" + v + "'");
+    if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort" && v != "server")
+        throw Error(where + ": program is llama-bench, evalcb, ort or server, not '" + v + "'");
+    if (name == "clients" && (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+                              std::stoi(v) > 64))
+        throw Error(where + ": clients is the number of concurrent clients (and server slots), 1 to 64, not '" + v + "'");
     if (name == "tracer" && !known_tracer(v))
         throw Error(where + ": tracer '" + v + "' is not one profinfer knows (docs/experiments.md lists them)");
     if (name == "mmap" && v != "on" && v != "off")

@@ -46,7 +46,7 @@ namespace {
 
 // What the program printed about its own speed: llama-bench's JSON array (one object per
 // test), or a peer's JSON line (evalcb_peer, ort_peer: prefill_tps, decode_tps, its own
-// costs). bench_tg_tps / bench_pp_tps: the program's own decode / prompt speed.
+// costs; serve_peer: the server's throughput and its own medians of TTFT and TPOT). bench_tg_tps / bench_pp_tps: the program's own decode / prompt speed.
 void program_metrics(const std::string& output, nlohmann::json& m) {
     m["bench_pp_tps"] = nullptr;
     m["bench_tg_tps"] = nullptr;
@@ -67,7 +67,8 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
     if (!peer.is_object()) return;
     for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
              {"decode_tps", "bench_tg_tps"}, {"prefill_tps", "bench_pp_tps"}, {"dump_dot_ms", "dump_dot_ms"},
-             {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}})
+             {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}, {"serve_tps", "serve_tps"},
+             {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -303,6 +304,7 @@ const std::vector<MetricInfo> kMetrics = {
     {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},
     {"attention_growth_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
     {"attn_block_ops", "nodes"},         {"ffn_block_ops", "nodes"},
+    {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"},
     {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {
@@ -442,7 +444,8 @@ std::string group_name(const std::map<std::string, std::string>& params, const s
 }
 
 // Paper Table 5's view: every point against its group's baseline point (spec.baseline), in
-// the same rounds: the program's decode and prompt slowdown and the CPU time it adds, each
+// the same rounds: the program's decode (a server's: its throughput) and prompt slowdown and
+// the CPU time it adds, each
 // the median of per-round ratios' bootstrap (ratio_interval), and the decode slowdown as a
 // multiple of the bpftrace floor's.
 void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSamples>& points, const fs::path& out_dir,
@@ -460,7 +463,8 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
     for (const auto& [k, v] : spec.baseline) md << " " << k << "=" << v;
     md << ", in the same rounds: slowdown = 100 × (1 − its speed / the baseline's), CPU = 100 × (its CPU time / the "
           "baseline's − 1) (the run's whole CPU time, tracer included); each the median over the rounds of the round's own "
-          "ratio (both measured in that round) with a 95 % bootstrap interval over rounds; × floor: the decode slowdown over the bpftrace floor's in the same group.\n\n"
+          "ratio (both measured in that round) with a 95 % bootstrap interval over rounds (for program=server the decode "
+          "column is the server's throughput, serve_tps); × floor: the decode slowdown over the bpftrace floor's in the same group.\n\n"
        << "| point | group | n | decode slowdown % | prefill slowdown % | CPU time % | × floor |\n|---|---|---|---|---|---|---|\n";
     struct Row {
         std::string name, group;
@@ -483,7 +487,9 @@ void write_vs_baseline(const ExperimentSpec& spec, const std::vector<PointSample
         };
         Interval c = ratio_interval(p.of("cpu_s"), b->second->of("cpu_s"));
         c.median = 100 * (c.median - 1), c.lo = 100 * (c.lo - 1), c.hi = 100 * (c.hi - 1);
-        rows.push_back({name, g, slowdown(ratio_interval(p.of("bench_tg_tps"), b->second->of("bench_tg_tps"))),
+        // A server's speed is its throughput (serve_tps): the "decode" column holds it.
+        const char* speed = p.params.at("program") == "server" ? "serve_tps" : "bench_tg_tps";
+        rows.push_back({name, g, slowdown(ratio_interval(p.of(speed), b->second->of(speed))),
                         slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c});
         if (p.params.at("tracer") == "bpftrace") floor[g] = rows.back().d.median;
     }

@@ -25,6 +25,8 @@ namespace {
 // Windows of the paired runs (PROFINFER_ALTERNATE): recorded against trap-only windows of
 // 8 calls; against windows with the probes out, 32 (a switch and its aftermath take ~25).
 constexpr int kPairedWindow = 8, kDetachWindow = 32;
+// Requests per run of the program server, whatever the clients: the same work at every point.
+constexpr int kServeRequests = 16;
 
 // The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
 // or prints hits of the same functions (paper Table 5's bpftrace comparison).
@@ -126,8 +128,17 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         w.program = {"node", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/ort_peer.js", onnx, "--threads",
                      p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
         if (tracer == "ort-profile") w.program.push_back("--profile");
+    } else if (program == "server") {
+        if (tracer != "none" && tracer != "level" && tracer != "token" && tracer != "graph" && tracer != "op" &&
+            tracer != "full")
+            throw Error("program server runs under tracer none or a level (token, graph, op, full), not " + tracer);
+        // llama-server under a bounded load of CLIENTS concurrent clients: the peer starts it,
+        // loads it and stops it; a recording follows the launched tree to the server.
+        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/serve_peer.py",
+                     LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
+                     p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
     } else {
-        throw Error("program is llama-bench, evalcb or ort, not " + program);
+        throw Error("program is llama-bench, evalcb, ort or server, not " + program);
     }
     if (tracer == "bpftrace" || tracer == "bpftrace-stream") {
         w.bpftrace = bpftrace_script(p, tracer == "bpftrace-stream");

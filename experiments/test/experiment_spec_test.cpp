@@ -48,8 +48,8 @@ TEST(ExperimentSpec, SweepIsTheCartesianProductWithDefaults) {
         ids.insert(p.id());
         EXPECT_EQ(p.at("fa"), "off");
         EXPECT_EQ(p.at("backend"), "cpu");  // not swept: the default
-        EXPECT_EQ(p.params.size(), 19u);
-        for (const char* later : {"hog", "ot=", "nopo", "mem", "program", "tracer", "routing", "vkperf", "mmap"})  // at their defaults, left out of the identity
+        EXPECT_EQ(p.params.size(), 20u);
+        for (const char* later : {"hog", "ot=", "nopo", "mem", "program", "tracer", "routing", "vkperf", "mmap", "clients"})  // at their defaults, left out of the identity
             EXPECT_EQ(p.key().find(later), std::string::npos) << later;
     }
     EXPECT_EQ(keys.size(), 6u);
