@@ -4,6 +4,7 @@
 
 
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -114,6 +115,29 @@ fs::path write_results_readme(const fs::path& dir) {
                        ? std::string()
                        : "; its tables and figures made again from the same traces at commit `" +
                              j.value("summarised", std::string()) + "` (`profinfer experiment run` on the finished study)")
+               << ".\n\n";
+        // A study recorded (again) outside that run: said, with when.
+        std::string outside;
+        for (const auto& s : j.is_object() ? studies : std::vector<fs::path>{}) {
+            double first = 0, last = 0;
+            try {
+                for (const auto& r : store::ExperimentIndex(s / "index.db", store::ExperimentIndex::Mode::Read).done_runs()) {
+                    first = first == 0 ? r.started_at : std::min(first, r.started_at);
+                    last = std::max(last, r.ended_at);
+                }
+            } catch (const Error&) {
+                continue;  // an index without its runs: when it was recorded is not known
+            }
+            if (first == 0 || (first >= double(j.value("started", int64_t(0))) && last <= double(j.value("finished", int64_t(0)))))
+                continue;
+            char day[32];
+            const time_t t = time_t(first);
+            std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&t));
+            outside += std::string(outside.empty() ? "" : ", ") + "[" + s.filename().string() + "](" + s.filename().string() +
+                       "/) (" + day + ", " + format_number((last - first) / 60) + " minutes)";
+        }
+        if (!outside.empty())
+            md << "Recorded on this board outside that run, by `profinfer experiment run` on its spec alone: " << outside
                << ".\n\n";
     }
     md << "Every study records each point of its sweep once per round, in interleaved rounds (each round visits "
