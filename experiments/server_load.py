@@ -34,8 +34,10 @@ def complete(url, body, timeout):
 
 
 def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24), seed=1, think_ms=0,
-             timeout=600, cache_prompt=False, out=None):
-    """Runs the load; returns one row per request (the JSON lines written to OUT, if given)."""
+             timeout=600, cache_prompt=False, out=None, duration_s=0):
+    """Runs the load; returns one row per request (the JSON lines written to OUT, if given).
+    DURATION_S > 0: no request is sent after that many seconds (those left are not sent)."""
+    t_end = time.monotonic() + duration_s if duration_s > 0 else None
     rng = random.Random(seed)
     jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*prompt_words)), "n_predict": rng.randint(*predict)}
             for i in range(requests)]
@@ -45,7 +47,7 @@ def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24),
     def client(c):
         while True:
             with lock:
-                if not jobs:
+                if not jobs or (t_end and time.monotonic() >= t_end):
                     return
                 job = jobs.pop(0)
             body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": cache_prompt,
@@ -91,11 +93,14 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--cache-prompt", action="store_true",
                     help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
+    ap.add_argument("--duration", type=float, default=0,
+                    help="send no request after this many seconds (with a large --requests: a load of fixed length)")
     ap.add_argument("-o", "--output", default="-")
     a = ap.parse_args()
     out = sys.stdout if a.output == "-" else open(a.output, "w")
     rows = run_load(a.url, a.clients, a.requests, [int(x) for x in a.prompt_words.split(",")],
-                    [int(x) for x in a.predict.split(",")], a.seed, a.think_ms, a.timeout, a.cache_prompt, out)
+                    [int(x) for x in a.predict.split(",")], a.seed, a.think_ms, a.timeout, a.cache_prompt, out,
+                    a.duration)
     failed = [r for r in rows if r["error"]]
     if failed:
         print(f"server_load: {len(failed)} of {a.requests} requests failed", file=sys.stderr)

@@ -54,7 +54,7 @@ std::vector<RawSample> read_raw(const fs::path& profile) {
 // Each tiny architecture's golden recording: pprof reads the profile; every stack is operator
 // ← its block ← its layer (no request frame: llama-simple's batches carry no sequence ids),
 // and per layer and block the values add up, to the nanosecond, to view block_times.
-// `-top -cum` ranks the blocks and layers.
+// `-top` lists each block and layer with its total, `-top -cum` ranks them.
 TEST(Pprof, GoToolPprofReadsTheBlocksOfEveryArchitecture) {
     for (const char* name : {"llama3.2-1b-full", "qwen2.5-1.5b-full", "gemma2-2b-full", "qwen1.5-moe-a2.7b-full"}) {
         TempDir d;
@@ -77,12 +77,15 @@ TEST(Pprof, GoToolPprofReadsTheBlocksOfEveryArchitecture) {
         }
         EXPECT_EQ(theirs, ours) << name;
 
-        auto top = run({"go", "tool", "pprof", "-top", "-cum", (d / "run.pb.gz").string()});
-        ASSERT_EQ(top.status, 0) << top.err;
-        const bool moe = std::string(name).find("moe") != std::string::npos;
-        for (const char* frame : {"  attention\n", moe ? "  moe\n" : "  ffn\n", "  layer 0\n", "  layer 1\n"})
-            EXPECT_NE(top.out.find(frame), std::string::npos) << name << " lacks" << frame << top.out;
-        EXPECT_EQ(top.err.find("Main binary filename not available"), std::string::npos) << top.err;
+        // -top (each block with its total, below the operators), and -top -cum (ranked).
+        for (const char* order : {"-flat", "-cum"}) {
+            auto top = run({"go", "tool", "pprof", "-top", order, (d / "run.pb.gz").string()});
+            ASSERT_EQ(top.status, 0) << top.err;
+            const bool moe = std::string(name).find("moe") != std::string::npos;
+            for (const char* frame : {"  attention\n", moe ? "  moe\n" : "  ffn\n", "  layer 0\n", "  layer 1\n"})
+                EXPECT_NE(top.out.find(frame), std::string::npos) << name << " " << order << " lacks" << frame << top.out;
+            EXPECT_EQ(top.err.find("Main binary filename not available"), std::string::npos) << top.err;
+        }
     }
 }
 

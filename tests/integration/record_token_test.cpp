@@ -284,3 +284,27 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
     }
     EXPECT_GE(timed, int(server_side.size()) / 2) << "too few requests told apart to compare their times";
 }
+
+// What the server answers does not change under tracing: the serving study's peer (llama-server,
+// 4 clients, 16 requests at temperature 0) untraced and recorded at --level op from the
+// server's start give the same digest of every answer; the recording holds all 16 requests,
+// with the server's own prompt and generated counts (the peer's answers carry none: the
+// counts are compared as totals).
+TEST(RecordToken, TracingDoesNotChangeWhatTheServerWrites) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const std::vector<std::string> peer = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/serve_peer.py",
+                                           llama_debug().program("llama-server").string(),
+                                           tiny_model("llama3.2-1b").string(), "--clients", "4", "--requests", "16"};
+    auto plain = run(peer);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    std::vector<std::string> traced_argv = {profinfer_bin(), "record", "--level", "op", "-o", (d / "run.db").string(), "--"};
+    traced_argv.insert(traced_argv.end(), peer.begin(), peer.end());
+    auto traced = run(traced_argv);
+    ASSERT_EQ(traced.status, 0) << traced.err;
+    auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(traced.out);
+    EXPECT_EQ(a["failed"], 0);
+    EXPECT_EQ(b["failed"], 0);
+    EXPECT_EQ(a["content_sha256"], b["content_sha256"]) << "the traced server answered differently";
+    EXPECT_EQ(scalar_or_zero(d / "run.db", "SELECT count(*) FROM requests"), 16);
+}
