@@ -24,14 +24,8 @@ void add_export(CLI::App& app, std::function<int()>& action) {
             store::Database d(*db, store::Database::Mode::ReadOnly);
             warn_if_partial(d);
             OutputFile file(*out, {*db});
-            PprofSummary s;
-            if (is_gzip_path(*out)) {
-                GzipStream gz(file.stream());
-                s = write_pprof(d, gz);
-                gz.finish();
-            } else {
-                s = write_pprof(d, file.stream());
-            }
+            const PprofSummary s =
+                write_gzip_if_named(file.stream(), *out, [&](std::ostream& o) { return write_pprof(d, o); });
             file.commit();
             if (s.samples == 0)
                 std::cerr << "profinfer: no operator time in " << *db

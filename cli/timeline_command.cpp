@@ -19,14 +19,8 @@ void add_timeline(CLI::App& app, std::function<int()>& action) {
             store::Database d(*db, store::Database::Mode::ReadOnly);  // the run, opened once
             warn_if_partial(d);
             OutputFile file(*out, {*db});
-            int64_t events = 0;
-            if (is_gzip_path(*out)) {
-                GzipStream gz(file.stream());
-                events = write_timeline(d, gz);
-                gz.finish();
-            } else {
-                events = write_timeline(d, file.stream());
-            }
+            const int64_t events =
+                write_gzip_if_named(file.stream(), *out, [&](std::ostream& o) { return write_timeline(d, o); });
             file.commit();
             std::cerr << "profinfer: " << events << " trace events → " << *out << "\n";
             return 0;

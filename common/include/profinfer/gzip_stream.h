@@ -24,4 +24,15 @@ private:
 // True when PATH names a gzip file (ends in .gz).
 bool is_gzip_path(const std::filesystem::path& path);
 
+// WRITE(stream) into SINK, through a GzipStream when PATH (the output's name) ends in .gz;
+// returns what WRITE returns.
+template <class Write>
+auto write_gzip_if_named(std::ostream& sink, const std::filesystem::path& path, Write&& write) {
+    if (!is_gzip_path(path)) return write(sink);
+    GzipStream gz(sink);
+    auto result = write(static_cast<std::ostream&>(gz));
+    gz.finish();
+    return result;
+}
+
 }  // namespace profinfer
