@@ -98,41 +98,43 @@ SELECT e.graph_seq, cg.call, e.tensor, e.name, n.base, n.layer, e.token, e.slot,
 FROM experts e JOIN call_graphs cg ON cg.graph_seq = e.graph_seq
      LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor;
 
--- The logical block of each node of a recorded call (llama.cpp's op-profiler request #9659:
--- "the same mat_mul from attention or MLP"), from names and order within the call — a call
--- may run several graphs (a graph per backend split; one per node under an eval callback).
--- block_layer: the layer of the last layer-suffixed node at or before it in its call
--- (llama.cpp leaves some nodes of a layer unnamed — FLASH_ATTN_EXT, the attention output
--- MatMul — or unsuffixed — Gemma 2's ffn_post_norm), NULL before the first layer
--- (embeddings) and after the call's last layer-suffixed node (output norm, LM head).
+-- Operator time (node_times) with each node's logical block (llama.cpp's op-profiler request
+-- #9659: "the same mat_mul from attention or MLP"), from names and the order the nodes ran in
+-- within the call (their first start: a graph's nodes run one after another; a call may run
+-- several graphs — a graph per backend split or per ubatch, one per node under an eval
+-- callback). block_layer: the layer of the last layer-suffixed node at or before it in its
+-- pass over the layers (llama.cpp leaves some nodes of a layer unnamed — FLASH_ATTN_EXT, the
+-- attention output MatMul — or unsuffixed — Gemma 2's ffn_post_norm), NULL before the pass's
+-- first layer (embeddings) and after its last layer-suffixed node (output norm, LM head).
 -- block: 'attention' from the layer's first node to the residual ADD that closes attention
 -- (ffn_inp-L; sa_out-L in Gemma 2, after its post-attention norm) inclusive — norm, Q/K/V,
 -- RoPE, KV-cache writes, KQ, softmax, KQV, output projection; then 'moe' when the layer has
 -- a MUL_MAT_ID node (router, experts, shared expert), else 'ffn'; 'rest' outside the layers,
--- or in a layer with no such ADD. Order: graph_seq, then graph_nodes' id (a graph's nodes in
--- the order its records first named them, which is the graph's: every thread walks the
--- nodes in order).
-CREATE TEMP VIEW node_blocks AS
-WITH o AS (SELECT call, graph_seq, tensor, id, layer, base, op,
-                  count(layer) OVER (PARTITION BY call ORDER BY graph_seq, id) AS run,
-                  max(CASE WHEN layer IS NOT NULL THEN graph_seq * 4294967296 + id END) OVER (PARTITION BY call) AS last_layered
-           FROM call_nodes),
-     l AS (SELECT o.*, CASE WHEN run > 0 AND graph_seq * 4294967296 + id <= last_layered
-                            THEN max(layer) OVER (PARTITION BY call, run) END AS block_layer FROM o),
-     s AS (SELECT call, block_layer,
-                  min(CASE WHEN base IN ('ffn_inp', 'sa_out') AND layer = block_layer THEN graph_seq * 4294967296 + id END) AS split,
-                  max(op = 'MUL_MAT_ID') AS moe
-           FROM l WHERE block_layer IS NOT NULL GROUP BY call, block_layer)
-SELECT l.call, l.graph_seq, l.tensor, l.id, l.block_layer,
-       CASE WHEN s.split IS NULL THEN 'rest' WHEN l.graph_seq * 4294967296 + l.id <= s.split THEN 'attention'
-            WHEN s.moe THEN 'moe' ELSE 'ffn' END AS block
-FROM l LEFT JOIN s ON s.call = l.call AND s.block_layer = l.block_layer;
-
--- Operator time (node_times) with each node's block: per call, the blocks' times add up
--- to the call's operator time.
+-- or in a layer with no such ADD. Per call, the blocks' times add up to the call's operator
+-- time. (Ordering by graph_nodes' id — the order records first named the nodes — put
+-- ffn_out-0 after ffn_inp-1 in a server's 400-token calls, whose threads' records arrive
+-- interleaved.)
 CREATE TEMP VIEW block_times AS
-SELECT t.*, b.block_layer, b.block
-FROM node_times t JOIN node_blocks b ON b.graph_seq = t.graph_seq AND b.tensor = t.tensor;
+WITH o AS (SELECT t.*, row_number() OVER (PARTITION BY call ORDER BY graph_seq, start_ns, tensor) AS ord FROM node_times t),
+     -- Each layer-suffixed node starts a run; one whose layer is below the previous such
+     -- node's starts a new pass over the layers (the next ubatch's graph of a call that split
+     -- its batch: a server's 4 prompts of 300 tokens run 2 or 3 passes in one call).
+     n AS (SELECT o.*, count(layer) OVER (PARTITION BY call ORDER BY ord) AS run,
+                  layer IS NOT NULL AND layer < lag(layer) OVER (PARTITION BY call, layer IS NULL ORDER BY ord) AS restart
+           FROM o),
+     p AS (SELECT n.*, sum(restart) OVER (PARTITION BY call ORDER BY ord) AS pass,
+                  max(layer) OVER (PARTITION BY call, run) AS run_layer FROM n),
+     l AS (SELECT p.*, CASE WHEN run > 0 AND ord <= max(CASE WHEN layer IS NOT NULL THEN ord END) OVER (PARTITION BY call, pass)
+                            THEN run_layer END AS block_layer FROM p),
+     s AS MATERIALIZED (SELECT call, pass, block_layer,
+                  min(CASE WHEN base IN ('ffn_inp', 'sa_out') AND layer = block_layer THEN ord END) AS split,
+                  max(op = 'MUL_MAT_ID') AS moe
+           FROM l WHERE block_layer IS NOT NULL GROUP BY call, pass, block_layer)
+SELECT l.graph_seq, l.call, l.phase, l.tensor, l.op, l.name, l.base, l.layer, l.matmul, l.attention, l.nth, l.parts,
+       l.start_ns, l.end_ns, l.dur_ns, l.block_layer,
+       CASE WHEN s.split IS NULL THEN 'rest' WHEN l.ord <= s.split THEN 'attention'
+            WHEN s.moe THEN 'moe' ELSE 'ffn' END AS block
+FROM l LEFT JOIN s ON s.call = l.call AND s.pass = l.pass AND s.block_layer = l.block_layer;
 
 -- The requests a server's calls served (batch_seqs; none for batches without sequence ids).
 -- A request is a sequence's tokens from a run whose first position does not continue the
