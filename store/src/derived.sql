@@ -109,8 +109,9 @@ FROM experts e JOIN call_graphs cg ON cg.graph_seq = e.graph_seq
 -- block: 'attention' from the layer's first node to the residual ADD that closes attention
 -- (ffn_inp-L; sa_out-L in Gemma 2, after its post-attention norm) inclusive — norm, Q/K/V,
 -- RoPE, KV-cache writes, KQ, softmax, KQV, output projection; then 'moe' when the layer has
--- a MUL_MAT_ID node (router, experts, shared expert), else 'ffn'; 'rest' outside the layers,
--- or in a layer with no such ADD. Per call, the blocks' times add up to the call's operator
+-- a MUL_MAT_ID node (router, experts, shared expert), else 'ffn'; 'rest' outside the layers.
+-- A layer with no such ADD computed is attention whole: in a ubatch that asks for no output
+-- llama.cpp computes the last layer's attention and skips the rest (no rows left). Per call, the blocks' times add up to the call's operator
 -- time. (Ordering by graph_nodes' id — the order records first named the nodes — put
 -- ffn_out-0 after ffn_inp-1 in a server's 400-token calls, whose threads' records arrive
 -- interleaved.)
@@ -132,7 +133,7 @@ WITH o AS (SELECT t.*, row_number() OVER (PARTITION BY call ORDER BY graph_seq, 
            FROM l WHERE block_layer IS NOT NULL GROUP BY call, pass, block_layer)
 SELECT l.graph_seq, l.call, l.phase, l.tensor, l.op, l.name, l.base, l.layer, l.matmul, l.attention, l.nth, l.parts,
        l.start_ns, l.end_ns, l.dur_ns, l.block_layer,
-       CASE WHEN s.split IS NULL THEN 'rest' WHEN l.ord <= s.split THEN 'attention'
+       CASE WHEN l.block_layer IS NULL THEN 'rest' WHEN s.split IS NULL OR l.ord <= s.split THEN 'attention'
             WHEN s.moe THEN 'moe' ELSE 'ffn' END AS block
 FROM l LEFT JOIN s ON s.call = l.call AND s.pass = l.pass AND s.block_layer = l.block_layer;
 

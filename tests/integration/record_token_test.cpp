@@ -159,6 +159,11 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
     EXPECT_EQ(parts["decode"], 8);
     EXPECT_EQ(tracks.size(), 4u);
 
+    // Its calls hold up to 2048 tokens, computed as 4 ubatches: 4 passes over the layers in
+    // one call, the last layer of a ubatch without outputs cut after its attention; each node
+    // in its own layer's block (FLASH_ATTN_EXT went to the FFN of the first pass while blocks
+    // were split per call).
+    expect_blocks_tile_each_call(d / "run.db", 2, false, "llama-parallel");
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     const double served_ms = db.scalar("SELECT sum(dur_ns) FROM node_times WHERE call IN (SELECT call FROM request_calls)") / 1e6;
     EXPECT_NEAR(op_ms, served_ms, served_ms * 1e-6 + 0.01);
