@@ -11,6 +11,7 @@
 // each call instead.
 // --idle-ms MS: as --no-callback, after sleeping MS ms with the model loaded and the
 // context made (a server between requests): what a recording costs while nothing runs.
+// SIGUSR1: stop after the call under way and exit 0 (a long decode the caller ends cleanly).
 // --page-out-model: prints the model pages resident (mincore) after the page-out and at
 // the end on stderr. After loading, reclaim the model file's pages (MADV_PAGEOUT), as
 // memory pressure would, without read-ahead, so that the operators fault the weights back
@@ -20,6 +21,7 @@
 #include <llama.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -169,7 +171,9 @@ int main(int argc, char** argv) {
     if (idle_ms > 0) usleep(useconds_t(idle_ms) * 1000);
     llama_batch batch = llama_batch_get_one(tokens.data(), n);
     llama_token next;
-    for (g_call = 0; g_call < n_predict; ++g_call) {
+    static volatile sig_atomic_t stop = 0;
+    signal(SIGUSR1, [](int) { stop = 1; });
+    for (g_call = 0; g_call < n_predict && !stop; ++g_call) {
         if (llama_decode(ctx, batch)) return std::fprintf(stderr, "llama_decode failed\n"), 1;
         if (!callback) std::printf("{\"call\":%d}\n", g_call), std::fflush(stdout);
         next = llama_sampler_sample(smpl, ctx, -1);
