@@ -4,6 +4,7 @@
 // calls from an empty context).
 //
 //   evalcb_peer MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv F]
+//   evalcb_peer MODEL --mode none --stream [--threads T] [--tokens N]
 //
 //   none      plain decode: the baseline of the two others, and the program profinfer
 //             records when per-operator times are compared (no change to llama.cpp's path).
@@ -18,10 +19,18 @@
 //
 // stdout: one JSON line {"mode":…,"tokens":N,"decode_tps":…,"decode_ms_mean":…,…}.
 // --nodes-csv (callback): call,index,name,op,start_ns,end_ns for every node of every call.
+//
+// --stream (mode none): the same tg workload repeated until SIGTERM or SIGINT — N tokens
+// from an empty context, the context cleared, N again, as llama-bench's repetitions — with
+// one line per decode call on stdout as it ends: "CALL START_NS END_NS" (CLOCK_MONOTONIC,
+// taken around llama_decode in this process). A long-running target whose speed an
+// observer outside can measure over any window without tracing it
+// (experiments/peers/attach_peer.py attaches a recorder for some windows and not others).
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
 
+#include <signal.h>
 #include <time.h>
 
 #include <cstdio>
@@ -73,7 +82,7 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
 [[noreturn]] void usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv FILE] "
-                 "[--dot FILE]\n",
+                 "[--dot FILE] [--stream]\n",
                  argv0);
     std::exit(2);
 }
@@ -85,6 +94,7 @@ int main(int argc, char** argv) {
     Peer peer;
     int threads = 2, n_gen = 48;
     std::string nodes_csv, dot = "/dev/null";
+    bool stream = false;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -101,9 +111,10 @@ int main(int argc, char** argv) {
         else if (a == "--tokens") n_gen = std::atoi(value().c_str());
         else if (a == "--nodes-csv") nodes_csv = value();
         else if (a == "--dot") dot = value();
+        else if (a == "--stream") stream = true;
         else usage(argv[0]);
     }
-    if (threads < 1 || n_gen < 1) usage(argv[0]);
+    if (threads < 1 || n_gen < 1 || (stream && peer.mode != Peer::None)) usage(argv[0]);
 
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     ggml_backend_load_all();
@@ -140,6 +151,24 @@ int main(int argc, char** argv) {
     llama_memory_clear(llama_get_memory(ctx), true);
     peer.nodes.clear();
 
+    if (stream) {
+        static volatile sig_atomic_t stop = 0;
+        signal(SIGTERM, [](int) { stop = 1; });
+        signal(SIGINT, [](int) { stop = 1; });
+        long long calls = 0;
+        while (!stop) {
+            for (int i = 0; i < n_gen && !stop; ++i, ++calls) {
+                const long long t0 = now_ns();
+                decode_one();
+                std::printf("%lld %lld %lld\n", calls, t0, now_ns());
+                std::fflush(stdout);
+            }
+            llama_memory_clear(llama_get_memory(ctx), true);
+        }
+        llama_free(ctx);
+        llama_model_free(model);
+        return 0;
+    }
     long long total_ns = 0;
     for (peer.call = 0; peer.call < n_gen; ++peer.call) {
         peer.index = 0;

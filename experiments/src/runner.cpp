@@ -379,7 +379,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     bool traces_gone = false;
     for (int round = 1; round <= rounds && !traces_gone; ++round)
         for (const auto& p : points)
-            if (is_traced(p.at("tracer")) && index.status(p.id(), round) == "done" && !fs::exists(db_of(p, round))) {
+            if (is_traced(p) && index.status(p.id(), round) == "done" && !fs::exists(db_of(p, round))) {
                 traces_gone = true;
                 std::cerr << "profinfer: " << spec.name << ": runs the index calls done have no trace DB here (a fresh "
                           << "clone?): recording the study again\n";

@@ -46,7 +46,8 @@ namespace {
 
 // What the program printed about its own speed: llama-bench's JSON array (one object per
 // test), or a peer's JSON line (evalcb_peer, ort_peer: prefill_tps, decode_tps, its own
-// costs; serve_peer: the server's throughput and its own medians of TTFT and TPOT). bench_tg_tps / bench_pp_tps: the program's own decode / prompt speed.
+// costs; serve_peer: the server's throughput and its own medians of TTFT and TPOT; attach_peer:
+// the target's speed in windows with a recorder attached and without, and the slowdown). bench_tg_tps / bench_pp_tps: the program's own decode / prompt speed.
 void program_metrics(const std::string& output, nlohmann::json& m) {
     m["bench_pp_tps"] = nullptr;
     m["bench_tg_tps"] = nullptr;
@@ -68,7 +69,8 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
     for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
              {"decode_tps", "bench_tg_tps"}, {"prefill_tps", "bench_pp_tps"}, {"dump_dot_ms", "dump_dot_ms"},
              {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}, {"serve_tps", "serve_tps"},
-             {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}})
+             {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
+             {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -305,6 +307,8 @@ const std::vector<MetricInfo> kMetrics = {
     {"attention_growth_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
     {"attn_block_ops", "nodes"},         {"ffn_block_ops", "nodes"},
     {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"},
+    {"attach_slowdown_pct", "% of decode speed"}, {"attached_tps", "tokens/s"}, {"detached_tps", "tokens/s"},
+    {"unmatched_calls", "calls"},
     {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {

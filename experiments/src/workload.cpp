@@ -27,6 +27,8 @@ namespace {
 constexpr int kPairedWindow = 8, kDetachWindow = 32;
 // Requests per run of the program server, whatever the clients: the same work at every point.
 constexpr int kServeRequests = 16;
+// Program attach: seconds per window and pairs of windows (attached, detached) per run.
+constexpr int kAttachWindow = 4, kAttachPairs = 2;
 
 // The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
 // or prints hits of the same functions (paper Table 5's bpftrace comparison).
@@ -94,8 +96,9 @@ int BpftraceFloor::stop() {
 
 BpftraceFloor::~BpftraceFloor() { stop(); }
 
-bool is_traced(const std::string& tracer) {
-    return !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
+bool is_traced(const SweepPoint& p) {
+    const std::string& tracer = p.at("tracer");
+    return p.at("program") != "attach" && !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
              tracer == "bpftrace" || tracer == "bpftrace-stream");
 }
 
@@ -137,14 +140,26 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/serve_peer.py",
                      LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
                      p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
+    } else if (program == "attach") {
+        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op" && tracer != "full")
+            throw Error("program attach runs under tracer none (the A/A control) or a level (token, graph, op, full), not " +
+                        tracer);
+        // One long-running target, windows with a recorder attached and without, in the same
+        // process: the peer attaches `profinfer record --pid` itself (no DB kept).
+        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/attach_peer.py",
+                     PROFINFER_EVALCB_PEER, model.string(), "--level", tracer, "--profinfer", opt.profinfer.string(),
+                     "--board", opt.board, "--threads", p.at("threads"), "--tokens", p.at("gen"), "--window",
+                     std::to_string(kAttachWindow), "--pairs", std::to_string(kAttachPairs)};
+        w.argv = w.program;
+        return w;
     } else {
-        throw Error("program is llama-bench, evalcb, ort or server, not " + program);
+        throw Error("program is llama-bench, evalcb, ort, server or attach, not " + program);
     }
     if (tracer == "bpftrace" || tracer == "bpftrace-stream") {
         w.bpftrace = bpftrace_script(p, tracer == "bpftrace-stream");
         w.stream = tracer == "bpftrace-stream";
     }
-    w.traced = is_traced(tracer);
+    w.traced = is_traced(p);
     if (!w.traced) {
         w.argv = w.program;
         return w;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "profinfer/experiment.h"
@@ -427,3 +428,48 @@ metrics = ["wait_share_pct"]
     EXPECT_GT(samples, 0);  // the sampled run's estimate is there, with what it rests on
 }
 
+
+// Program attach: one long-running target measured by its own clock in windows with
+// `profinfer record --pid` attached and windows without. The recording holds exactly the
+// target's calls of its windows, and on the tiny model (operators of a few µs) the operator
+// probes' traps slow the attached windows down: the method sees the recorder's cost. The A/A
+// control (tracer none) runs the same windows with nothing attached.
+TEST(ExperimentRun, AttachWindowsMeasureTheRecorderOnOneProcess) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "tiny-attach"
+title = "Tiny attach windows"
+level = "op"
+scale = "tiny"
+[[sweep]]
+program = ["attach"]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [2]
+gen = [48]
+tracer = ["none", "op"]
+[figure]
+x = "tracer"
+metrics = ["attach_slowdown_pct"]
+)";
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    // No trace is kept: the peer records its windows itself.
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done' AND db = ''"), 2);
+    const Table points = Table::read_csv_file(out / "points.csv");  // one round: each point's own values
+    std::map<std::string, nlohmann::json> by;
+    for (const auto& row : points.to_json()) by[row["tracer"].get<std::string>()] = row;
+    ASSERT_EQ(by.size(), 2u) << points.to_json().dump();
+    for (const auto& [tracer, row] : by) {
+        SCOPED_TRACE(row.dump());
+        ASSERT_TRUE(row["attached_tps"].is_number());
+        ASSERT_TRUE(row["detached_tps"].is_number());
+        EXPECT_GT(row["detached_tps"].get<double>(), 0);
+        EXPECT_EQ(row["unmatched_calls"].get<double>(), 0);  // the recording has every call of its windows, no other
+    }
+    EXPECT_LT(by["op"]["attached_tps"].get<double>(), by["op"]["detached_tps"].get<double>());
+    EXPECT_GT(by["op"]["attach_slowdown_pct"].get<double>(), 0);
+    EXPECT_TRUE(fs::exists(out / "tiny-attach-attach_slowdown_pct.png"));
+}

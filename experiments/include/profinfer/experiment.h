@@ -133,8 +133,9 @@ struct Workload {
     bool traced = false;               // argv records into the run's DB
     std::filesystem::path nodes_csv;   // program evalcb under tracer evalcb: the callback's node times
 };
-// Whether TRACER records a trace DB (profinfer record) rather than running the program alone.
-bool is_traced(const std::string& tracer);
+// Whether the point's run records a trace DB (profinfer record around the program) rather
+// than running the program alone. Program attach records its own windows and keeps no DB.
+bool is_traced(const SweepPoint& p);
 Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p,
                   const std::filesystem::path& model, const std::filesystem::path& db);
 

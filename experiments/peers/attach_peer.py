@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""One point of the attach-window overhead study: the cost of a recording on one process.
+
+Starts EVALCB_PEER --stream (llama-bench's tg workload repeated: N tokens from an empty
+context, cleared, again; one line per decode call with its CLOCK_MONOTONIC start and end,
+taken inside the target), lets it warm up, then measures PAIRS pairs of windows on that one
+process, each pair in a random order:
+
+  detached  nothing attached for WINDOW seconds
+  attached  `profinfer record --pid TARGET --level LEVEL --duration WINDOW`: the recorder's
+            threads, its ring buffer and its probes, everything a user attaching to a running
+            program brings; the window is the recording's first call to its last (its
+            tokens table), so attaching and detaching are outside it
+
+and prints one JSON line: the calls per second of the target's own clock in each kind of
+window (calls wholly inside a window; a window's rate is its calls over the span from its
+first call's start to its last call's end), pooled over the pairs, and
+attach_slowdown_pct = 100 × (1 − attached / detached).
+
+Both kinds of window are measured the same way, by the target, on the same process and its
+memory layout: the run-to-run spread of separate processes (several % here) is not in the
+comparison. LEVEL none is the A/A control: both windows detached — the method's own noise.
+unmatched_calls: recorded calls the target's own stream has no call for (or the reverse)
+in the attached windows — 0 when the recording is exact.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class Target:
+    """The streaming target; its lines go to a file, never a pipe, so that the target does
+    not wait for this reader (a pipe filled by a fast target would pace it)."""
+
+    def __init__(self, argv, log, err):
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=err)
+
+    def calls(self):
+        out = []
+        with open(self.log) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and line.endswith("\n"):
+                    out.append(tuple(int(x) for x in parts))
+        return out
+
+    def count(self):
+        with open(self.log, "rb") as f:
+            return f.read().count(b"\n")
+
+    def between(self, a_ns, b_ns, slack_ns=200_000):
+        """Calls wholly inside [a, b]; slack: the target's own clock reads are taken just
+        outside llama_decode, the recorder's just inside."""
+        return [c for c in self.calls() if c[1] >= a_ns - slack_ns and c[2] <= b_ns + slack_ns]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fail(msg):
+    raise SystemExit("attach_peer: " + msg)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("evalcb_peer", help="the streaming target (experiments/peers/evalcb_peer.cpp)")
+    ap.add_argument("model")
+    ap.add_argument("--level", required=True, choices=["none", "token", "graph", "op", "full"])
+    ap.add_argument("--profinfer", required=True)
+    ap.add_argument("--board", default="host")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=48, help="tokens per cycle from an empty context (llama-bench -n)")
+    ap.add_argument("--window", type=float, default=4.0, help="seconds per window")
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--settle", type=float, default=0.5, help="seconds between windows")
+    ap.add_argument("--keep-db", help="keep the last attached window's recording here")
+    a = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="attach-peer-")
+    err = open(os.path.join(work, "target.err"), "w+")
+    target = Target([a.evalcb_peer, a.model, "--mode", "none", "--stream", "--threads", str(a.threads), "--tokens",
+                     str(a.tokens)], os.path.join(work, "calls.txt"), err)
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    totals = {"attached": [0, 0], "detached": [0, 0]}  # calls, ns
+    unmatched = 0
+    recorder = {"recorder_wakeups": 0, "recorder_cpu_ms": 0.0}
+    try:
+        # Warm-up: the model read in and one whole cycle decoded.
+        deadline = time.monotonic() + 600
+        while target.count() < a.tokens + 1:
+            if target.proc.poll() is not None:
+                err.seek(0)
+                fail(f"the target exited with status {target.proc.returncode} before decoding: {err.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                fail("the target decoded no whole cycle within 600 s")
+            time.sleep(0.05)
+        time.sleep(a.settle)
+        for pair in range(a.pairs):
+            for kind in rng.sample(["detached", "attached"], 2):
+                if kind == "detached" or a.level == "none":
+                    start = now_ns()
+                    time.sleep(a.window)
+                    calls = target.between(start, now_ns())
+                else:
+                    db = os.path.join(work, f"window-{pair}.db")
+                    r = subprocess.run([a.profinfer, "record", "--pid", str(target.proc.pid), "--level", a.level,
+                                        "--duration", str(a.window), "--board", a.board, "-o", db],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                    if r.returncode != 0:
+                        fail(f"profinfer record exited with status {r.returncode}: {r.stderr.strip()[-2000:]}")
+                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                        first, last, n = c.execute("SELECT min(start_ns), max(end_ns), count(*) FROM tokens").fetchone()
+                        meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+                    if not n or n < 2:
+                        fail(f"the {a.window} s recording holds {n or 0} calls")
+                    calls = target.between(first, last)
+                    unmatched += abs(len(calls) - n)
+                    recorder["recorder_wakeups"] += int(meta.get("recorder_wakeups", 0) or 0)
+                    recorder["recorder_cpu_ms"] += float(meta.get("recorder_cpu_ms", 0) or 0)
+                    if a.keep_db:
+                        os.replace(db, a.keep_db)
+                    else:
+                        os.remove(db)
+                if len(calls) < 2:
+                    fail(f"a {kind} window of {a.window} s holds {len(calls)} whole calls: make it longer")
+                totals[kind][0] += len(calls)
+                totals[kind][1] += calls[-1][2] - calls[0][1]
+                time.sleep(a.settle)
+        if target.proc.poll() is not None:
+            fail(f"the target exited with status {target.proc.returncode} during the windows")
+    finally:
+        target.stop()
+        err.close()
+        for f in os.listdir(work):
+            os.remove(os.path.join(work, f))
+        os.rmdir(work)
+    tps = {k: c * 1e9 / ns for k, (c, ns) in totals.items()}
+    out = {"level": a.level, "threads": a.threads, "pairs": a.pairs, "window_s": a.window,
+           "attached_tps": tps["attached"], "detached_tps": tps["detached"],
+           "attach_slowdown_pct": 100.0 * (1.0 - tps["attached"] / tps["detached"]),
+           "attached_calls": totals["attached"][0], "detached_calls": totals["detached"][0],
+           "unmatched_calls": unmatched, **recorder}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
