@@ -10,7 +10,8 @@ process, each pair in a random order:
   attached  `profinfer record --pid TARGET --level LEVEL --duration WINDOW`: the recorder's
             threads, its ring buffer and its probes, everything a user attaching to a running
             program brings; the window is the recording's first call to its last (its
-            tokens table), so attaching and detaching are outside it
+            tokens table), so attaching and detaching are outside it. LEVEL bpftrace: the
+            floor instead — bpftrace counting hits of the operator hooks (--bpftrace SCRIPT)
 
 and prints one JSON line: the calls per second of the target's own clock in each kind of
 window (calls wholly inside a window; a window's rate is its calls over the span from its
@@ -80,11 +81,34 @@ def fail(msg):
     raise SystemExit("attach_peer: " + msg)
 
 
+def bpftrace_window(script, window, target):
+    """bpftrace running SCRIPT for WINDOW seconds; the window starts once it says it is
+    attaching, plus a settle for the attach to complete, and ends when it is told to stop."""
+    if not script:
+        fail("level bpftrace needs --bpftrace SCRIPT")
+    bt = subprocess.Popen(["bpftrace", "-e", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in bt.stdout:
+        if line.startswith("Attaching"):
+            break
+    else:
+        bt.wait()
+        fail(f"bpftrace exited with status {bt.returncode} before attaching (is it installed?)")
+    time.sleep(0.3)
+    start = now_ns()
+    time.sleep(window)
+    end = now_ns()
+    bt.send_signal(signal.SIGINT)
+    bt.stdout.read()
+    bt.wait()
+    return target.between(start, end)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("evalcb_peer", help="the streaming target (experiments/peers/evalcb_peer.cpp)")
     ap.add_argument("model")
-    ap.add_argument("--level", required=True, choices=["none", "token", "graph", "op", "full"])
+    ap.add_argument("--level", required=True, choices=["none", "token", "graph", "op", "full", "bpftrace"])
+    ap.add_argument("--bpftrace", help="level bpftrace: the script attached in the attached windows (the floor)")
     ap.add_argument("--profinfer", required=True)
     ap.add_argument("--board", default="host")
     ap.add_argument("--threads", type=int, default=2)
@@ -120,6 +144,8 @@ def main():
                     start = now_ns()
                     time.sleep(a.window)
                     calls = target.between(start, now_ns())
+                elif a.level == "bpftrace":
+                    calls = bpftrace_window(a.bpftrace, a.window, target)
                 else:
                     db = os.path.join(work, f"window-{pair}.db")
                     r = subprocess.run([a.profinfer, "record", "--pid", str(target.proc.pid), "--level", a.level,

@@ -141,15 +141,17 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
                      LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
                      p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
     } else if (program == "attach") {
-        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op" && tracer != "full")
-            throw Error("program attach runs under tracer none (the A/A control) or a level (token, graph, op, full), not " +
-                        tracer);
+        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op" && tracer != "full" &&
+            tracer != "bpftrace")
+            throw Error("program attach runs under tracer none (the A/A control), a level (token, graph, op, full) or "
+                        "bpftrace (the count-only floor on the operator hooks), not " + tracer);
         // One long-running target, windows with a recorder attached and without, in the same
         // process: the peer attaches `profinfer record --pid` itself (no DB kept).
         w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/attach_peer.py",
                      PROFINFER_EVALCB_PEER, model.string(), "--level", tracer, "--profinfer", opt.profinfer.string(),
                      "--board", opt.board, "--threads", p.at("threads"), "--tokens", p.at("gen"), "--window",
                      std::to_string(kAttachWindow), "--pairs", std::to_string(kAttachPairs)};
+        if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
         w.argv = w.program;
         return w;
     } else {
