@@ -198,7 +198,6 @@ fs::path write_results_readme(const fs::path& dir) {
     std::vector<std::string> more;
     for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
              {"overhead/vs-baseline.md", "the cost of tracing, each level against the untraced run (Table 5)"},
-             {"overhead-attach/table.md", "the same on one process: windows with a recording attached and without (Table 5)"},
              {"overhead-where/vs-baseline.md", "where that cost goes, and the peers against their own untraced runs (Table 7)"},
              {"overhead-where/fidelity.md", "operator times against the eval callback's"},
              {"models/models.md", "the performance models and the plan (Fig. 10, 13; `profinfer fit`, `plan`)"},

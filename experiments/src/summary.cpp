@@ -623,8 +623,17 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             } else if (auto b = bs.find(group); b == bs.end()) {
                 r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
             } else {
-                r.estimate = ratio_interval(av, b->second->of(c.metric_b.empty() ? c.metric : c.metric_b));
-                r.verdict = judge(r.estimate, c.factor, c.expect_greater);
+                const ByRound& bv = b->second->of(c.metric_b.empty() ? c.metric : c.metric_b);
+                // A ratio to b means something only where b is above 0 (a speed always is; a
+                // slowdown inside its noise crosses 0 and makes the ratio swing through ±∞).
+                const auto not_positive = std::count_if(bv.begin(), bv.end(), [](const auto& x) { return !(x.second > 0); });
+                if (not_positive > 0) {
+                    r.reason = "b is not above 0 in " + std::to_string(not_positive) + " of its " + std::to_string(bv.size()) +
+                               " rounds: a ratio to it says nothing";
+                } else {
+                    r.estimate = ratio_interval(av, bv);
+                    r.verdict = judge(r.estimate, c.factor, c.expect_greater);
+                }
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())
                 r.reason = r.estimate.n == 0 ? c.metric + " was not measured"
@@ -884,7 +893,10 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     for (const auto& r : points) models.insert(r.params.at("model"));
     std::string model_list;
     for (const auto& m : models) model_list += (model_list.empty() ? "" : ", ") + m;
-    const std::string caption = machine_of(out_dir, board) + "; " + model_list + "; --level " + spec.level + "; n = " +
+    // The level: the spec's, unless the points vary the tracer (then each point names its own).
+    const bool tracer_varies = std::find(varying.begin(), varying.end(), "tracer") != varying.end();
+    const std::string level = tracer_varies ? "level or tracer per point (tracer)" : "--level " + spec.level;
+    const std::string caption = machine_of(out_dir, board) + "; " + model_list + "; " + level + "; n = " +
                                 (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n)) +
                                 " rounds per point: median and 95 % bootstrap interval" +
                                 (min_n < kMinRoundsForInterval ? " (none: too few rounds)" : "");
@@ -900,6 +912,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         // series → x → (median, lo, hi)
         std::map<std::string, std::map<std::string, Interval>> series;
         double lo_all = INFINITY, hi_all = 0;
+        bool below_zero = false;  // a median or an interval under 0 (a slowdown within noise)
         for (size_t i = 0; i < points.size(); ++i) {
             const Interval iv = interval_of(i, metric);
             if (!std::isfinite(iv.median)) continue;
@@ -910,9 +923,10 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                 if (v != spec.x && v != spec.series) name += (name.empty() ? "" : ", ") + v + "=" + points[i].params.at(v);
             series[name.empty() ? metric : name][points[i].params.at(spec.x)] = iv;
             if (iv.median > 0) lo_all = std::min(lo_all, iv.median), hi_all = std::max(hi_all, iv.median);
+            below_zero = below_zero || iv.median < 0 || (iv.has_interval() && iv.lo < 0);
         }
         if (series.empty()) continue;
-        const bool log_y = lo_all > 0 && hi_all / lo_all >= 30;  // values spanning decades
+        const bool log_y = !below_zero && lo_all > 0 && hi_all / lo_all >= 30;  // values spanning decades
         const std::string unit = unit_of(metric);
         // Categories that differ between series (a study of several programs, each with its
         // own configurations): a panel per series with only its own categories, not one row
@@ -930,7 +944,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             gp << "set xlabel " << gnuplot_quote(spec.x + (xu == kParamUnit.end() ? "" : " (" + xu->second + ")")) << "\nset ylabel "
                << gnuplot_quote(metric + (unit.empty() ? "" : " (" + unit + ")")) << "\n";
             if (!panels) Plotter::caption(gp, caption);  // panels: under the title
-            gp << (log_y ? "set logscale y\n" : "set yrange [0:*]\n");
+            gp << (log_y ? "set logscale y\n" : below_zero ? "set yrange [*:*]\nset xzeroaxis lt -1 lw 1\n" : "set yrange [0:*]\n");
             if (x_numeric) {
                 // Ticks at the values measured (no "1.5 threads"), the outer points off the border.
                 if (xs.size() <= 16) {

@@ -255,6 +255,32 @@ TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
         }
 }
 
+// A ratio claim whose b is not above 0 in every round (a slowdown within its noise) is not
+// testable, saying why, rather than judged on ratios that swing through ±∞.
+TEST(ExperimentSpec, ARatioToAValueThatCrossesZeroIsNotTestable) {
+    TempDir d;
+    const auto s = ExperimentSpec::load(write_spec(d, kClaims));
+    auto decode_claim = [](const std::vector<ClaimResult>& rs) -> const ClaimResult* {
+        for (const auto& r : rs)
+            if (r.claim->says == "Decode slows as the KV cache grows" && r.group == "model=llama3.2-1b") return &r;
+        return nullptr;
+    };
+    auto points = synthetic(s, 10, 10);
+    const auto* fine = decode_claim(evaluate_claims(s, points, Testbed{2, false}));
+    ASSERT_NE(fine, nullptr);
+    EXPECT_NE(fine->verdict, Verdict::NotTestable);
+    bool changed = false;
+    for (auto& p : points)  // one round of each b side at 0: a speed that cannot be, a slowdown that can
+        if (p.params.at("model") == "llama3.2-1b")
+            for (auto& [m, by] : p.metrics) by.begin()->second = 0, changed = true;
+    ASSERT_TRUE(changed);
+    const auto rs = evaluate_claims(s, points, Testbed{2, false});
+    const auto* zero = decode_claim(rs);
+    ASSERT_NE(zero, nullptr);
+    EXPECT_EQ(zero->verdict, Verdict::NotTestable);
+    EXPECT_NE(zero->reason.find("not above 0 in 1 of"), std::string::npos) << zero->reason;
+}
+
 // A claim on the fitted lines is judged on the lines' per-round samples, grouped like a
 // point claim; its selectors name a line's parameters (batch among them), which a claim on
 // the points may not.
