@@ -31,6 +31,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::MaxDbMb, "max_db_mb", "--max-db-mb: the bound the trace was kept under (MB of 10^6 bytes)"},
         {K::CallsDropped, "calls_dropped",
          "--max-db-mb: the oldest llama_decode calls deleted whole, with everything recorded before the first call kept"},
+        {K::DeferMb, "defer_mb", "--defer-mb: records held in memory up to this many MB, stored when it filled or at the end"},
+        {K::DeferredFlushes, "deferred_flushes",
+         "--defer-mb: times the held records filled it and were stored while the target ran (0: all at the end)"},
         {K::RecorderPid, "recorder_pid", "the recording process"},
         {K::RecorderStart, "recorder_start",
          "its start time in clock ticks: a reader on the same host that finds the run running with that process gone "

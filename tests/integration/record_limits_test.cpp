@@ -318,3 +318,53 @@ TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
     auto stat = run({profinfer_bin(), "stat", rec.db, "--by", "op"});
     EXPECT_EQ(stat.status, 0) << stat.err;
 }
+
+// --defer-mb: the records wait in memory while the target decodes and are stored when it
+// has ended — every one of them: the same calls and operators as a recording that stores as
+// it goes. Sampled while the target runs (a shell runs it, then marks it done and waits a
+// little, so that no sample taken before the mark can see the final store), the trace holds
+// no operator; with a 1 MB bound the memory fills and is stored during the run.
+TEST(RecordLimits, DeferMbStoresTheRecordsOnlyWhenTheTargetHasEnded) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir plain;
+    const std::string dump = graph_dump_bin().string() + " " + fs::path(tiny_model("llama3.2-1b")).string() + " Hello 1500 2 --no-callback >/dev/null";
+    auto ref = record(plain, {"--level", "op"}, {"/bin/sh", "-c", dump});
+    ASSERT_EQ(ref.result.status, 0) << ref.result.err;
+    const int64_t ops = count(ref.db, "SELECT count(*) FROM ops");
+    ASSERT_GT(ops, 0);
+    for (const char* mb : {"64", "1"}) {
+        SCOPED_TRACE(std::string("--defer-mb ") + mb);
+        TempDir d;
+        const fs::path done = d / "target-done";
+        std::atomic<bool> stop{false};
+        std::atomic<int64_t> while_running{-1};  // most operators seen stored while the target ran
+        std::thread watch([&] {
+            while (!stop) {
+                int64_t n = -1;
+                try {
+                    if (fs::exists(d / "run.db")) n = count(d / "run.db", "SELECT count(*) FROM ops");
+                } catch (const std::exception&) {
+                }
+                if (!fs::exists(done)) while_running = std::max(while_running.load(), n);
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        });
+        auto rec = record(d, {"--level", "op", "--defer-mb", mb},
+                          {"/bin/sh", "-c", dump + " && touch " + done.string() + " && sleep 0.5"});
+        stop = true;
+        watch.join();
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM meta WHERE key = 'status' AND value = 'complete'"), 1);
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM calls"), count(ref.db, "SELECT count(*) FROM calls"));
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM ops"), ops);
+        EXPECT_EQ(count(rec.db, "SELECT count(*) FROM node_times"), count(ref.db, "SELECT count(*) FROM node_times"));
+        const int64_t flushes = count(rec.db, "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deferred_flushes'");
+        if (std::string(mb) == "64") {
+            EXPECT_EQ(while_running.load(), 0) << "operators stored while the target decoded";
+            EXPECT_EQ(flushes, 0);
+        } else {
+            EXPECT_GT(flushes, 0);
+            EXPECT_GT(while_running.load(), 0) << "a full memory is stored during the run";
+        }
+    }
+}

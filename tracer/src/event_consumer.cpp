@@ -28,11 +28,20 @@ int EventConsumer::handle(const void* data, size_t size) {
         library_changed_ = true;
         return 0;
     }
-    try {
-        writer_.write(data, size);
-    } catch (const Error& e) {
-        error_ = e.what();
-        return -1;  // stops ring_buffer__consume
+    if (defer_cap_) {
+        if (deferred_.capacity() < defer_cap_) deferred_.reserve(defer_cap_ + (1 << 16));
+        const uint32_t n = uint32_t(size);
+        const auto* b = static_cast<const unsigned char*>(data);
+        deferred_.insert(deferred_.end(), reinterpret_cast<const unsigned char*>(&n),
+                         reinterpret_cast<const unsigned char*>(&n) + sizeof n);
+        deferred_.insert(deferred_.end(), b, b + size);
+    } else {
+        try {
+            writer_.write(data, size);
+        } catch (const Error& e) {
+            error_ = e.what();
+            return -1;  // stops ring_buffer__consume
+        }
     }
     if (gate_ && size == sizeof(pi_token_event) && h->kind == PI_EV_TOKEN) {
         auto* t = static_cast<const pi_token_event*>(data);
@@ -51,12 +60,31 @@ int EventConsumer::handle(const void* data, size_t size) {
                 gate_action_ = gate_action_ && *gate_action_ != action ? std::nullopt : std::optional(action);
         }
     }
-    if (pause_bytes_ && (since_pause_ += size) >= pause_bytes_) {
+    if (!defer_cap_ && pause_bytes_ && (since_pause_ += size) >= pause_bytes_) {
         since_pause_ = 0;
         paused_ = true;
         return -EAGAIN;
     }
     return 0;
+}
+
+void EventConsumer::flush() {
+    struct Clear {  // stored or not (a failure stops the recording), never stored twice
+        std::vector<unsigned char>& v;
+        ~Clear() { v.clear(); }
+    } clear{deferred_};
+    size_t at = 0;
+    while (at + sizeof(uint32_t) <= deferred_.size()) {
+        uint32_t n;
+        std::memcpy(&n, deferred_.data() + at, sizeof n);
+        at += sizeof n;
+        writer_.write(deferred_.data() + at, n);  // a failure throws: the caller stops recording
+        at += n;
+        if (pause_bytes_ && (since_pause_ += n) >= pause_bytes_) {
+            since_pause_ = 0;
+            between_();
+        }
+    }
 }
 
 void EventConsumer::raise_if_failed() {
@@ -76,6 +104,10 @@ void EventConsumer::drain() {
             continue;
         }
         if (n < 0 && n != -EINTR) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
+        if (defer_cap_ && deferred_.size() >= defer_cap_) {
+            ++deferred_flushes_;
+            flush();
+        }
         return;
     }
 }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "probe_attacher.h"
 #include "operator_gate.h"
@@ -32,6 +33,13 @@ public:
         pause_bytes_ = bytes;
         between_ = std::move(between);
     }
+    // --defer-mb: records are held in memory (loader stops and the gate's decode speeds are
+    // still seen at once) and stored by flush(), or by drain() once BYTES are held.
+    void defer_up_to(size_t bytes) { defer_cap_ = bytes; }
+    // Stores every held record, in order (pausing as pause_every says).
+    void flush();
+    // Times drain() found BYTES held and stored them.
+    int64_t deferred_flushes() const { return deferred_flushes_; }
     // A loader stop was reported since the last call (the target waits, stopped).
     bool take_library_changed();
     // What the operator gate decided since the last call.
@@ -40,6 +48,7 @@ public:
 private:
     static int on_event(void* self, void* data, size_t size);
     int handle(const void* data, size_t size);
+    void store(const void* data, size_t size);
     void raise_if_failed();
 
     ring_buffer* rb_ = nullptr;
@@ -52,6 +61,9 @@ private:
     size_t pause_bytes_ = 0, since_pause_ = 0;
     bool paused_ = false;
     std::function<void()> between_;
+    size_t defer_cap_ = 0;
+    std::vector<unsigned char> deferred_;  // records held: each a 4-byte size, then its bytes
+    int64_t deferred_flushes_ = 0;
 };
 
 }  // namespace profinfer

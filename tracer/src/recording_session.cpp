@@ -53,6 +53,7 @@ RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(
         bound_ = std::make_unique<DbBound>(p_.tables, int64_t(p_.opts.max_db_mb * 1e6));
         consumer_->pause_every(size_t(DbBound::kCheckEvery * p_.opts.max_db_mb * 1e6), [this] { settle_bound(); });
     }
+    if (p_.opts.defer_mb > 0) consumer_->defer_up_to(size_t(p_.opts.defer_mb * 1e6));
 }
 
 RecordingSession::~RecordingSession() {
@@ -367,6 +368,12 @@ int RecordingSession::finish(int status) {
     set_meta(store::MetaKey::RecorderCpuMs, format_double(own_cpu_ms_, "%.1f"));
     set_meta(store::MetaKey::RecorderWakeups, std::to_string(own_wakeups_));
     consumer_->drain();
+    if (p_.opts.defer_mb > 0) {
+        // What was held, stored now that the target no longer decodes under the recorder.
+        consumer_->flush();
+        set_meta(store::MetaKey::DeferMb, format_double(p_.opts.defer_mb, "%g"));
+        set_meta(store::MetaKey::DeferredFlushes, std::to_string(consumer_->deferred_flushes()));
+    }
     ended_ = true;
     writer_->begin();
     store_loss_counts();

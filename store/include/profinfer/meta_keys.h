@@ -16,7 +16,7 @@ namespace profinfer::store {
 enum class MetaKey {
     // the run
     Status, Error, Level, Board, Command, TargetCommand, Pid, LaunchedPid, Host, Kernel, EventsVersion, Clock,
-    StartedAt, EndedAt, TargetExitStatus, InterruptedBy, DurationS, MaxDbMb, CallsDropped,
+    StartedAt, EndedAt, TargetExitStatus, InterruptedBy, DurationS, MaxDbMb, CallsDropped, DeferMb, DeferredFlushes,
     // the recorder process (a run marked running whose recorder is gone is incomplete)
     RecorderPid, RecorderStart,
     // how it recorded

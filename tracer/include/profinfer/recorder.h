@@ -56,6 +56,9 @@ struct RecordOptions {
     double duration_s = 0;
     // > 0: keep the trace under this many MB (10^6 bytes) by dropping its oldest calls whole.
     double max_db_mb = 0;
+    // > 0: keep what the target sends in memory, up to this many MB, and store it only when
+    // that fills or the recording ends: SQLite's work off the target's CPUs while it decodes.
+    double defer_mb = 0;
 };
 
 // Records one run into a new trace store. Returns the exit status for the
