@@ -48,7 +48,6 @@ public:
 private:
     static int on_event(void* self, void* data, size_t size);
     int handle(const void* data, size_t size);
-    void store(const void* data, size_t size);
     void raise_if_failed();
 
     ring_buffer* rb_ = nullptr;
