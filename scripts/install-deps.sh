@@ -32,6 +32,11 @@ if [[ "${1:-}" == "--cross-arm64" ]]; then
 fi
 # make farm: Ansible (with the ansible.posix collection) and rsync on the controller.
 if [[ "${1:-}" == "--with-ansible" ]]; then packages+=(ansible rsync); fi
+# Virtual boards (scripts/vboard.sh): qemu-system for arm64, mmdebstrap (with arch-test and
+# qemu-user through binfmt) for their root filesystem, qemu-img for overlays, ssh, mke2fs.
+if [[ "${1:-}" == "--vboard" ]]; then
+  packages=(qemu-system-arm mmdebstrap arch-test qemu-utils openssh-client e2fsprogs binfmt-support qemu-user-static)
+fi
 # The Vulkan backend's device here: Mesa's lavapipe (Vulkan on the CPU) and the loader.
 if [[ "${1:-}" == "--with-vulkan" ]]; then packages+=(mesa-vulkan-drivers libvulkan1); fi
 
@@ -48,5 +53,15 @@ if [[ $(id -u) -ne 0 ]]; then
   fi
 else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Another apt (a second make target, the machine's own updates) may hold the locks: wait
+# for it rather than fail (apt's own wait covers dpkg's lock; the lists lock fails at once).
+apt() {
+  local out tries=0
+  until out=$($SUDO apt-get -o DPkg::Lock::Timeout=600 "$@" 2>&1 >/dev/null); do
+    if grep -q 'Could not get lock' <<<"$out" && ((tries++ < 60)); then
+      echo "profinfer: another apt holds its lock; waiting" >&2; sleep 10
+    else echo "$out" >&2; return 1; fi
+  done
+}
+apt update -qq
+apt install -y -qq --no-install-recommends "${missing[@]}"

@@ -32,17 +32,7 @@ say() { echo "vboard: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 need_host_tools() {
-  local missing=()
-  for t in qemu-system-aarch64:qemu-system-arm mmdebstrap:mmdebstrap arch-test:arch-test \
-           qemu-img:qemu-utils ssh:openssh-client mke2fs:e2fsprogs update-binfmts:binfmt-support; do
-    command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
-  done
-  [[ -e /usr/lib/binfmt.d/qemu-aarch64.conf ]] || missing+=(qemu-user-static)
-  if ((${#missing[@]})); then
-    [[ $(id -u) -eq 0 ]] || die "needs ${missing[*]} (apt-get install as root)"
-    say "installing ${missing[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
+  scripts/install-deps.sh --vboard
   scripts/qemu-binfmt.sh
 }
 
