@@ -50,6 +50,11 @@ cmd_image() {
                   libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libprotobuf32 libgomp1 libstdc++6
                   libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
                   cmake make python3 sqlite3 bpftool gnuplot-nox graphviz linux-perf rsync util-linux)
+  # The cache share (llama.cpp builds, models: read-mostly, written only by the board) is
+  # mounted cache=loose, so the page cache keeps what was read: without it every run read
+  # the debug libraries' DWARF through 9p again, ~1,300 major faults a recording
+  # (docs/boards.md). The repository share keeps 9p's default (no cache): the host writes
+  # there too.
   say "building the arm64 root filesystem (mmdebstrap through qemu-user: ~15 minutes)"
   # The initramfs holds the virt machine's boot drivers only: a full one takes over ten
   # minutes per kernel under qemu-user, this one a few.
@@ -62,7 +67,7 @@ cmd_image() {
     --customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $KERNEL_6_1 $KERNEL_5_10" \
     --customize-hook='rm "$1/etc/apt/sources.list.d/bullseye.list"' \
     --customize-hook='echo vboard > "$1/etc/hostname"' \
-    --customize-hook='printf "/dev/vda / ext4 rw,relatime 0 1\nrepo '"$REPO"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\ncache '"$CACHE"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\n" > "$1/etc/fstab"' \
+    --customize-hook='printf "/dev/vda / ext4 rw,relatime 0 1\nrepo '"$REPO"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\ncache '"$CACHE"' 9p trans=virtio,version=9p2000.L,msize=524288,cache=loose,nofail,x-systemd.requires=systemd-modules-load.service 0 0\n" > "$1/etc/fstab"' \
     --customize-hook='mkdir -p "$1'"$REPO"'" "$1'"$CACHE"'" "$1/root/.ssh"' \
     --customize-hook='echo 9pnet_virtio > "$1/etc/modules-load.d/9p.conf"' \
     --customize-hook='printf "#!/bin/sh\n# build-arm64 names qemu-aarch64-static as its tests emulator: here they run as they are.\nexec \"\$@\"\n" > "$1/usr/local/bin/qemu-aarch64-static"' \

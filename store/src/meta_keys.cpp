@@ -63,6 +63,10 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::RecorderWakeups, "recorder_wakeups",
          "voluntary context switches of profinfer's own threads over that time (preemptions left out): each one a "
          "wake-up that may take a CPU from the target"},
+        {K::RecorderMajorFaults, "recorder_major_faults",
+         "major page faults of profinfer's own threads over that time: each a sleep until a page is read in (the "
+         "target's libraries' DWARF, read at its loader stops), counted among recorder_wakeups but not a wake-up by an "
+         "event"},
         {K::AlternateCalls, "alternate_calls", "PROFINFER_ALTERNATE: operator probes on and off every N calls"},
         {K::Ablate, "ablate", "PROFINFER_ABLATE: trap or send (probes that do only part of their work)"},
         {K::MemoryLimitBytes, "memory_limit_bytes", "--memory-limit: the target's cgroup memory.max"},

@@ -100,22 +100,33 @@ TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
 // a timer (its keeper woke 50 times a second and its loop 20 before: >= 210 wake-ups in
 // these 3 s). Three seconds of a loaded model waiting, as a server between requests; then
 // 4 calls, which still all arrive. The bound counts wake-ups the program's loader stops
-// and its 4 calls cause, not anything of this machine.
+// and its 4 calls cause (20), and at most a few a second for the records' once-a-second
+// hand-over and the sleeps of attaching, which last longer where the machine is slower (an
+// emulated board takes ~10 s over this run): a timer would be ~70 a second.
 TEST(RecordLimits, AnIdleTargetDoesNotWakeTheRecorder) {
     PROFINFER_REQUIRE_BPF();
     for (const char* consumer : {"idle", "normal"}) {
         TempDir d;
+        const auto began = std::chrono::steady_clock::now();
         auto rec = record(d, {"--level", "op", "--consumer", consumer},
                           {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "4", "2", "--idle-ms", "3000"});
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         ASSERT_EQ(rec.result.status, 0) << rec.result.err;
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
         auto meta = db.meta();
-        const int64_t wakeups = meta.integer(store::MetaKey::RecorderWakeups);
-        EXPECT_LT(wakeups, 40) << consumer;
-        EXPECT_GE(wakeups, 1) << consumer;  // the loader stops at least
+        // A sleep until a page is read in is no wake-up by an event: on a virtual board's 9p
+        // share (no page cache kept) reading the libraries' DWARF at the loader stops faults
+        // on ~1,100 pages in every run — 1,163 "wake-ups" there before they were told apart.
+        const int64_t switches = meta.integer(store::MetaKey::RecorderWakeups);
+        const int64_t faults = meta.integer(store::MetaKey::RecorderMajorFaults);
+        ASSERT_GE(faults, 0);
+        const int64_t wakeups = switches - faults;
+        EXPECT_LT(wakeups, 20 + 3 * seconds) << consumer << " over " << seconds << " s: " << switches << " voluntary switches, " << faults << " major faults";
+        EXPECT_GE(switches, 1) << consumer;  // the loader stops at least
         EXPECT_EQ(db.scalar("SELECT count(*) FROM calls"), 4) << consumer;
         EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0) << consumer;
         RecordProperty(std::string(consumer) + "_wakeups", std::to_string(wakeups));
+        RecordProperty(std::string(consumer) + "_major_faults", std::to_string(faults));
         RecordProperty(std::string(consumer) + "_cpu_ms", meta[store::MetaKey::RecorderCpuMs]);
     }
 }

@@ -107,6 +107,9 @@ int RecordingSession::run() {
     // Voluntary switches only: each is a sleep ended by a wake-up. Preemptions (involuntary)
     // depend on the machine's load, not on what the recorder does.
     own_wakeups_ = after.ru_nvcsw - before.ru_nvcsw;
+    // Of which sleeps on a page being read in (the target's libraries' DWARF at its loader
+    // stops: on a share the page cache does not keep, one per page, every run).
+    own_major_faults_ = after.ru_majflt - before.ru_majflt;
     write_budget_meta();
     return finish(status);
 }
@@ -367,6 +370,7 @@ int RecordingSession::finish(int status) {
     }
     set_meta(store::MetaKey::RecorderCpuMs, format_double(own_cpu_ms_, "%.1f"));
     set_meta(store::MetaKey::RecorderWakeups, std::to_string(own_wakeups_));
+    set_meta(store::MetaKey::RecorderMajorFaults, std::to_string(own_major_faults_));
     consumer_->drain();
     if (p_.opts.defer_mb > 0) {
         // What was held, stored now that the target no longer decodes under the recorder.

@@ -82,6 +82,7 @@ private:
     bool duration_reached_ = false;  // --duration ended the recording of an attached process
     double own_cpu_ms_ = 0;   // profinfer's threads while the target ran
     int64_t own_wakeups_ = 0;
+    int64_t own_major_faults_ = 0;
     bool left_running_ = false;  // a second stop signal: the launched command runs on untraced
 };
 

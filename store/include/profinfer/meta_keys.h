@@ -21,7 +21,7 @@ enum class MetaKey {
     RecorderPid, RecorderStart,
     // how it recorded
     StructLayout, OpStrategy, CountersReadZero, WaitMethod, SampleHz, WaitRanges, SchedSwitchProgram, KernelFallbacks, SchedPeers, SchedPeerIdsRemoved, OpDuplicatesDropped,
-    Consumer, ConsumerBoosts, RecorderCpuMs, RecorderWakeups, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
+    Consumer, ConsumerBoosts, RecorderCpuMs, RecorderWakeups, RecorderMajorFaults, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
     // --qos-min-tps and --budget
     QosMinTps, BudgetPct, BudgetCostPct, BudgetSwitchCostPct, BudgetGapCalls, BudgetWindowCostCalls,
     BudgetTracesEveryCall,
