@@ -1,3 +1,4 @@
+#include "profinfer/board.h"
 #include "profinfer/recorder.h"
 #include "subcommands.h"
 
@@ -28,7 +29,10 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "follow the target's: none, comm (the command name only) or full (also pid and tid)")
         ->check(CLI::IsMember({"none", "comm", "full"}))
         ->capture_default_str();
-    cmd->add_option("--board", opts->board, "Board profile name stored with the run")->capture_default_str();
+    cmd->add_option("--board", opts->board,
+                    "Board profile (profinfer board list) stored with the run; at --level full its counters (the "
+                    "paper's Table 3 on rk3588) are read unless --counters says otherwise")
+        ->capture_default_str();
     cmd->add_option("--counters", opts->counters,
                     std::string("Counters read per operator: perf names (cycles, cache-misses, major-faults, ...), "
                                 "raw codes (r2a) or libpfm4 names; default at --level full: ") + kDefaultCounters);
@@ -104,6 +108,12 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
         action = [opts, level, pid, pid_given, peers] {
             opts->level = parse_trace_level(*level);
+            // A board's own counters at --level full (an unknown board is refused, listing the
+            // known ones); the other levels read counters only when --counters asks.
+            if (opts->board != "host") {
+                const BoardProfile profile = board_profile(opts->board);
+                if (opts->level == TraceLevel::Full && opts->counters.empty()) opts->counters = profile.counter_list();
+            }
             opts->sched_peers = parse_sched_peers(*peers);
             if (pid_given) opts->pid = *pid;
             return record(*opts);

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "profinfer/board.h"
 #include "profinfer/machine_bench.h"
 #include "profinfer/roofline.h"
 #include "profinfer/run_summary.h"
@@ -303,6 +304,48 @@ TEST(RecordOps, OlderKernelFallbacksRecordTheSame) {
     EXPECT_EQ(now.past_graph_end, 0);
     EXPECT_GT(old.faults, 0);  // first touches of the KV cache and compute buffers
     EXPECT_GT(now.faults, 0);
+}
+
+// `record --board B --level full` reads B's counters (rk3588: the paper's Table 3), the
+// same list the studies pass; --counters still wins; op level reads none unless asked; an
+// unknown board is refused before anything runs, naming the known ones.
+TEST(RecordFull, ABoardsCountersAreReadAtFullLevel) {
+    PROFINFER_REQUIRE_BPF();
+    const std::vector<std::string> cmd{graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "2", "2"};
+    auto names = [](const fs::path& db_path) {
+        store::Database db(db_path, store::Database::Mode::ReadOnly);
+        std::set<std::string> l;
+        store::Statement st(db.handle(), "SELECT name FROM counters");
+        while (st.step()) l.insert(st.column_text(0));
+        return l;
+    };
+    std::set<std::string> table3;
+    for (const auto& c : board_profile("rk3588").counters) table3.insert(c.event);
+    ASSERT_TRUE(table3.count("r2a"));
+    {
+        TempDir d;
+        auto rec = record(d, {"--level", "full", "--board", "rk3588"}, cmd);
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        EXPECT_EQ(names(rec.db), table3);
+    }
+    {
+        TempDir d;
+        auto rec = record(d, {"--level", "full", "--board", "rk3588", "--counters", "minor-faults"}, cmd);
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        EXPECT_EQ(names(rec.db), std::set<std::string>{"minor-faults"});
+    }
+    {
+        TempDir d;
+        auto rec = record(d, {"--level", "op", "--board", "rk3588"}, cmd);
+        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        EXPECT_TRUE(names(rec.db).empty());
+    }
+    TempDir d;
+    auto r = run({profinfer_bin(), "record", "--level", "full", "--board", "no-such-board", "-o", d / "run.db", "--",
+                  "/bin/true"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("rk3588"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(d / "run.db"));
 }
 
 // Per-operator major faults: weights paged out before decoding fault back in inside the
