@@ -988,8 +988,8 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                    << "set label 99 " << gnuplot_quote(caption) << " at screen 0.01, screen 0.015 left font ',8'\n";
                 int k = 0;
                 for (const auto& [name, by_x] : series) {
-                    gp << (k ? "unset label 99\n" : "") << "set title " << gnuplot_quote(spec.x + " — " + name)
-                       << "\nplot '-' using 3:4:5:xtic(2) lc " << ++k << "\n";
+                    gp << (k ? "unset label 99\n" : "") << "set title " << gnuplot_quote(spec.x + " — " + name);
+                    gp << "\nplot '-' using 3:4:5:xtic(2) lc " << ++k << "\n";
                     int i = 0;
                     for (const auto& x : xs)
                         if (auto it = by_x.find(x); it != by_x.end()) {
