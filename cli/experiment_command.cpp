@@ -48,6 +48,8 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
                 const BoardProfile profile = board_profile(*board);
                 opt.pin_cpus = profile.pin_cpus;
                 opt.counters = profile.counter_list();
+                opt.backends = profile.backends;
+                opt.backend_notes = profile.backend_notes;
                 if (!profile.scale.empty()) s.scale = profile.scale;  // e.g. tiny on an emulated board
             }
             if (*board != "host" && !*dry) {

@@ -232,11 +232,15 @@ fs::path self_executable() {
     return self;
 }
 
-std::string missing_for(const SweepPoint& p, bool install) {
+std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install) {
     if (int cpu = point_hog(p).cpu; cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
         return "a hog on CPU " + std::to_string(cpu) + ", but this machine has " +
                std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs";
     const std::string backend = p.at("backend");
+    // A board's profile names what it can run: never fetch or build for it what it cannot.
+    if (!opt.backends.empty() && std::find(opt.backends.begin(), opt.backends.end(), backend) == opt.backends.end())
+        return "board " + opt.board + " has no '" + backend + "' backend" +
+               (opt.backend_notes.empty() ? std::string() : " (" + opt.backend_notes + ")");
     const std::string flavour = flavour_of(backend);
     if (flavour.empty())
         return "backend '" + backend + "' is not provided by profinfer's scripts (cpu, blis, openblas and vulkan are)";
@@ -317,7 +321,7 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     for (const auto& p : points) {
         const std::string what = p.at("backend") + "|" + p.at("hog");  // what missing_for looks at
         auto it = by_backend.find(what);
-        if (it == by_backend.end()) it = by_backend.emplace(what, missing_for(p, !opt.dry_run)).first;
+        if (it == by_backend.end()) it = by_backend.emplace(what, missing_for(p, opt, !opt.dry_run)).first;
         if (!it->second.empty()) missing[p.id()] = it->second;
     }
     if (!missing.empty() && !opt.quick && !opt.dry_run)

@@ -128,6 +128,21 @@ TEST(ExperimentSpec, EveryShippedSpecLoadsAndDryRuns) {
     expect_one_line_failure(r, "rk3588");
 }
 
+// A backend the board's profile does not list is skipped saying so, never fetched or built
+// for it (the virtual board tried to apt-get BLIS and to fetch the x64 Vulkan package).
+TEST(ExperimentSpec, ABackendTheBoardLacksIsSkippedByItsProfile) {
+    const std::string spec = (fs::path(PROFINFER_SOURCE_DIR) / "experiments" / "specs" / "backends.toml").string();
+    auto r = run({profinfer_bin(), "experiment", "run", spec, "--dry-run", "--quick", "--board", "virt-a76"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("skipped: board virt-a76 has no 'blis' backend"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("skipped: board virt-a76 has no 'vulkan' backend"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("has no 'cpu' backend"), std::string::npos) << r.out;
+    // The same spec for a board with every backend names none as missing from the profile.
+    auto all = run({profinfer_bin(), "experiment", "run", spec, "--dry-run", "--quick", "--board", "rk3588"});
+    ASSERT_EQ(all.status, 0) << all.err;
+    EXPECT_EQ(all.out.find("has no 'vulkan' backend"), std::string::npos) << all.out;
+}
+
 // A hog on a CPU this machine does not have: the point says so (dry run), and the key of
 // a point with a hog names it.
 TEST(ExperimentSpec, HogOnAMissingCpuIsNamed) {

@@ -94,9 +94,6 @@ struct ExperimentSpec {
     std::vector<SweepPoint> points(bool quick) const;
 };
 
-// What a point needs that this machine does not have; empty when it can run. With
-// INSTALL, the llama.cpp build of its backend is built or unpacked first if missing.
-std::string missing_for(const SweepPoint& p, bool install);
 
 struct RunOptions {
     std::filesystem::path profinfer;  // this binary
@@ -106,10 +103,17 @@ struct RunOptions {
     int rounds = 0;                   // interleaved rounds; 0: the spec's (rounds_for(quick))
     std::filesystem::path model;      // every point's model file; empty: the card's, synthesised in the cache
     // From the board's profile (boards/profiles): the CPUs the inference threads are pinned
-    // to (taskset; empty: not pinned), and the counters --level full records.
+    // to (taskset; empty: not pinned), the counters --level full records, and the backends
+    // it can run (empty: any this machine has) with the profile's word on the others.
     std::vector<int> pin_cpus;
     std::string counters;
+    std::vector<std::string> backends;
+    std::string backend_notes;
 };
+
+// What a point needs that this machine (or its board's profile) does not have; empty when it can run. With
+// INSTALL, the llama.cpp build of its backend is built or unpacked first if missing.
+std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install);
 
 // Counts of (point, round) runs.
 // This process's own binary (/proc/self/exe): the profinfer the runner records with.
