@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -149,6 +150,39 @@ BoardProfile board_profile(const std::string& name) {
         known += ", " + p.name;
     }
     throw Error("no board profile '" + name + "' (known: " + known + "; profiles in " + board_profiles_dir().string() + ")");
+}
+
+namespace {
+// ARM's part numbers (MIDR_EL1 bits 15:4, implementer 0x41) of the cores boards carry.
+std::string arm_core_name(const std::string& part) {
+    static const std::map<std::string, std::string> names{
+        {"0xd03", "Cortex-A53"}, {"0xd04", "Cortex-A35"}, {"0xd05", "Cortex-A55"}, {"0xd07", "Cortex-A57"},
+        {"0xd08", "Cortex-A72"}, {"0xd09", "Cortex-A73"}, {"0xd0a", "Cortex-A75"}, {"0xd0b", "Cortex-A76"},
+        {"0xd0c", "Neoverse-N1"}, {"0xd0d", "Cortex-A77"}, {"0xd40", "Neoverse-V1"}, {"0xd41", "Cortex-A78"},
+        {"0xd44", "Cortex-X1"}, {"0xd46", "Cortex-A510"}, {"0xd47", "Cortex-A710"}, {"0xd48", "Cortex-X2"},
+        {"0xd49", "Neoverse-N2"}, {"0xd4d", "Cortex-A715"}, {"0xd4e", "Cortex-X3"}, {"0xd80", "Cortex-A520"},
+        {"0xd81", "Cortex-A720"}, {"0xd82", "Cortex-X4"}};
+    auto it = names.find(part);
+    return it == names.end() ? "part " + part : it->second + " (" + part + ")";
+}
+}  // namespace
+
+std::string MachineFacts::cpu_description() const {
+    for (const auto& m : cpu_models)
+        if (!m.empty()) return m;
+    std::vector<std::pair<std::string, int>> parts;  // in CPU order
+    for (const auto& p : cpu_parts) {
+        if (p.empty()) continue;
+        auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& e) { return e.first == p; });
+        if (it == parts.end())
+            parts.emplace_back(p, 1);
+        else
+            ++it->second;
+    }
+    std::string d;
+    for (const auto& [part, n] : parts) d += (d.empty() ? "" : " + ") + std::to_string(n) + "x " + arm_core_name(part);
+    if (!device_model.empty()) d += (d.empty() ? "" : ", ") + device_model;
+    return d.empty() ? "unknown" : d;
 }
 
 MachineFacts MachineFacts::read(const fs::path& root) {

@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "profinfer/board.h"
 #include "profinfer/error.h"
 
 namespace profinfer {
@@ -222,10 +223,11 @@ double peak_gops(Kernel kernel, int threads, bool quick) {
 }
 
 std::string cpu_model() {
-    std::ifstream f("/proc/cpuinfo");
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown";
+    try {
+        return MachineFacts::read().cpu_description();
+    } catch (const Error&) {
+        return "unknown";
+    }
 }
 
 std::string first_line(const std::filesystem::path& file) {

@@ -54,6 +54,21 @@ TEST(BoardDetect, ReadsPartsModelAndMemory) {
     EXPECT_NE(why.find("Orange Pi 5 Plus"), std::string::npos) << why;
 }
 
+// What machine.json and every caption call the CPU: cpuinfo's model name where it has one
+// (x86), else the ARM cores by part with the device model (arm64 has no model name:
+// the virtual board's captions said "unknown").
+TEST(BoardDetect, CpusAreDescribedByModelNameOrArmParts) {
+    EXPECT_EQ(MachineFacts::read(fixture("orangepi5-plus")).cpu_description(),
+              "4x Cortex-A55 (0xd05) + 4x Cortex-A76 (0xd0b), Xunlong Orange Pi 5 Plus");
+    EXPECT_EQ(MachineFacts::read(fixture("virt-a76")).cpu_description(), "4x Cortex-A76 (0xd0b), linux,dummy-virt");
+    const auto x86 = MachineFacts::read(fixture("x86-kvm"));
+    EXPECT_EQ(x86.cpu_description(), x86.cpu_models.at(0));
+    EXPECT_FALSE(x86.cpu_models.at(0).empty());
+    MachineFacts unknown;
+    unknown.cpu_parts = {"0xfff"};
+    EXPECT_EQ(unknown.cpu_description(), "1x part 0xfff");
+}
+
 // The paper's Table 3 events, as each Arm board profile encodes them, resolve to the ARMv8
 // PMU's event numbers through the same code record --counters uses.
 TEST(BoardProfiles, Table3CountersAreTheArmPmuEvents) {

@@ -64,6 +64,9 @@ struct MachineFacts {
     std::string device_model;             // /proc/device-tree/model, "" without one
     uint64_t memory_bytes = 0;            // MemTotal
     static MachineFacts read(const std::filesystem::path& root = "/");
+    // What the CPUs are, for captions and machine.json: the model name where cpuinfo gives
+    // one (x86), else the CPUs by ARM part ("4x Cortex-A76 (0xd0b)") and the device model.
+    std::string cpu_description() const;
 };
 
 struct BoardMatch {
