@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
+#include <filesystem>
 
 #include "profinfer/error.h"
 
@@ -69,6 +71,24 @@ int wait_status(pid_t pid) {
 }
 
 }  // namespace
+
+void check_command(const std::string& program) {
+    namespace fs = std::filesystem;
+    auto runnable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
+    if (program.find('/') != std::string::npos) {
+        if (!runnable(program)) throw Error("cannot run " + program + ": " + std::strerror(errno ? errno : EACCES));
+        return;
+    }
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t a = 0, b; a <= dirs.size(); a = b + 1) {
+        b = dirs.find(':', a);
+        if (b == std::string::npos) b = dirs.size();
+        fs::path dir = dirs.substr(a, b - a);
+        if (runnable((dir.empty() ? fs::path(".") : dir) / program)) return;
+    }
+    throw Error("cannot run " + program + ": not found in PATH");
+}
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& input) {
     Pipe in, out, err;

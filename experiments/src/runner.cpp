@@ -236,6 +236,29 @@ std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install
     if (int cpu = point_hog(p).cpu; cpu >= 0 && cpu >= sysconf(_SC_NPROCESSORS_ONLN))
         return "a hog on CPU " + std::to_string(cpu) + ", but this machine has " +
                std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs";
+    // The tools a point's tracer or program runs (a board's image may lack them).
+    const std::string tracer = p.at("tracer"), program = p.at("program");
+    std::string tool;
+    if (tracer.rfind("bpftrace", 0) == 0)
+        tool = "bpftrace";
+    else if (program == "ort")
+        tool = "node";
+    else if (program == "server" || program == "attach")
+        tool = "python3";
+    if (!tool.empty()) {
+        try {
+            check_command(tool);
+        } catch (const Error& e) {
+            return "tracer " + tracer + ", program " + program + ": " + e.what();
+        }
+    }
+    if (program == "server") {  // built with the debug flavour where scripts/llama.sh builds it (x64)
+        try {
+            LlamaInstall::locate("debug", false).program("llama-server");
+        } catch (const Error& e) {
+            return std::string("program server: ") + e.what();
+        }
+    }
     const std::string backend = p.at("backend");
     // A board's profile names what it can run: never fetch or build for it what it cannot.
     if (!opt.backends.empty() && std::find(opt.backends.begin(), opt.backends.end(), backend) == opt.backends.end())
@@ -319,7 +342,8 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     // llama.cpp build a backend needs is built (once, into the cache) when first needed.
     std::map<std::string, std::string> missing, by_backend;
     for (const auto& p : points) {
-        const std::string what = p.at("backend") + "|" + p.at("hog");  // what missing_for looks at
+        const std::string what = p.at("backend") + "|" + p.at("hog") + "|" + p.at("tracer") + "|" +
+                                 p.at("program");  // what missing_for looks at
         auto it = by_backend.find(what);
         if (it == by_backend.end()) it = by_backend.emplace(what, missing_for(p, opt, !opt.dry_run)).first;
         if (!it->second.empty()) missing[p.id()] = it->second;

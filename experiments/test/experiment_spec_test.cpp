@@ -143,6 +143,20 @@ TEST(ExperimentSpec, ABackendTheBoardLacksIsSkippedByItsProfile) {
     EXPECT_EQ(all.out.find("has no 'vulkan' backend"), std::string::npos) << all.out;
 }
 
+// A tool a point runs that this machine lacks (bpftrace, missing from the virtual board's
+// image, failed each point and then stopped the study) is a skip naming it, found before
+// anything runs.
+TEST(ExperimentSpec, AToolThePointRunsThatIsMissingIsNamed) {
+    TempDir d;
+    const std::string spec = (fs::path(PROFINFER_SOURCE_DIR) / "experiments" / "specs" / "overhead.toml").string();
+    auto r = run({profinfer_bin(), "experiment", "run", spec, "--dry-run", "--quick", "-o", (d / "o").string()},
+                 {{"PATH", d.path().string()}});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("skipped: tracer bpftrace, program llama-bench: cannot run bpftrace: not found in PATH"),
+              std::string::npos)
+        << r.out;
+}
+
 // A hog on a CPU this machine does not have: the point says so (dry run), and the key of
 // a point with a hog names it.
 TEST(ExperimentSpec, HogOnAMissingCpuIsNamed) {

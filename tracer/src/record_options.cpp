@@ -67,23 +67,6 @@ const char* to_string(SchedPeers p) {
 
 const char* const kDefaultCounters = "cycles,stalled-cycles-backend,cache-misses,major-faults,minor-faults,task-clock";
 
-void check_command(const std::string& program) {
-    auto runnable = [](const fs::path& p) { return access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
-    if (program.find('/') != std::string::npos) {
-        if (!runnable(program)) throw Error("cannot run " + program + ": " + std::strerror(errno ? errno : EACCES));
-        return;
-    }
-    const char* path = std::getenv("PATH");
-    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-    for (size_t a = 0, b; a <= dirs.size(); a = b + 1) {
-        b = dirs.find(':', a);
-        if (b == std::string::npos) b = dirs.size();
-        fs::path dir = dirs.substr(a, b - a);
-        if (runnable((dir.empty() ? fs::path(".") : dir) / program)) return;
-    }
-    throw Error("cannot run " + program + ": not found in PATH");
-}
-
 void check_record_options(const RecordOptions& opts) {
     if (!opts.pid && opts.command.empty()) throw Error("record needs --pid PID or a command after --");
     if (opts.pid && !opts.command.empty()) throw Error("record takes --pid PID or a command, not both");

@@ -4,11 +4,10 @@
 #include <string>
 
 #include "profinfer/recorder.h"
+#include "profinfer/subprocess.h"  // check_command
 
 namespace profinfer {
 
 void check_record_options(const RecordOptions& opts);
-// A launch command: the same PATH lookup execvp does; an error naming why it cannot run.
-void check_command(const std::string& program);
 
 }  // namespace profinfer

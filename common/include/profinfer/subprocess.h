@@ -19,6 +19,10 @@ struct ProcessResult {
 // its output. Throws profinfer::Error if it cannot be started.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& input = {});
 
+// A command to launch: the same PATH lookup execvp does; profinfer::Error naming why it
+// cannot run (not found in PATH, not executable).
+void check_command(const std::string& program);
+
 // The last line ARGV prints on its standard output (what a helper script answers, e.g. a
 // path); throws profinfer::Error naming the command and its last error line when it fails
 // or prints nothing.
