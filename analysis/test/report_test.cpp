@@ -54,6 +54,20 @@ TEST(Report, SelfContainedWithFiguresDagAndRoofline) {
     EXPECT_GT(fs::file_size(d / "all.html"), 10000u);
 }
 
+// A caption longer than the figure is broken at its "; " into lines, none lost (a virtual
+// board's machine name pushed the end of every caption off the figure).
+TEST(Report, ALongCaptionIsBrokenIntoLinesThatFit) {
+    TempDir d;
+    const std::string head = "4x Cortex-A55 (0xd05) + 4x Cortex-A76 (0xd0b), Xunlong Orange Pi 5 Plus (rk3588)";
+    const std::string tail = "n = 2 rounds per point: median and 95 % bootstrap interval (none: too few rounds)";
+    const std::string caption = head + "; llama3.2-1b, qwen2.5-1.5b; --level full; " + tail;
+    const Figure f = draw_timeline(*open_trace(golden_trace("llama3.2-1b-full")), d.path(), "step", -1, caption);
+    const std::string svg = read_file(f.svg);
+    EXPECT_NE(svg.find(head), std::string::npos);
+    EXPECT_NE(svg.find(tail), std::string::npos);
+    EXPECT_EQ(svg.find(caption), std::string::npos) << "drawn on one line";
+}
+
 // Paper Fig. 5: one decode step, a row per thread with its operators and its barrier waits;
 // the legend names only the classes the step has.
 TEST(Report, TimelineOfOneDecodeStep) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <gnuplot-iostream.h>
 #include <string>
+#include <vector>
 
 #include "profinfer/error.h"
 #include "profinfer/figures.h"
@@ -40,10 +41,22 @@ public:
         return f;
     }
 
-    // The caption line under a figure (machine, model, level, n): bottom margin and the label.
-    static void caption(Gnuplot& gp, const std::string& text) {
-        if (!text.empty())
-            gp << "set bmargin 6\nset label 99 " << gnuplot_quote(text) << " at screen 0.02, screen 0.03 left font ',8'\n";
+    // The caption under a figure (machine, model, level, n): bottom margin and the labels,
+    // broken at its "; " into lines that fit the figure (a long machine name cut it off).
+    static void caption(Gnuplot& gp, const std::string& text, size_t width = 140) {
+        if (text.empty()) return;
+        std::vector<std::string> lines{""};
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find("; ", at);
+            const std::string part = text.substr(at, end == std::string::npos ? std::string::npos : end + 2 - at);
+            if (!lines.back().empty() && lines.back().size() + part.size() > width) lines.emplace_back();
+            lines.back() += part;
+            at = end == std::string::npos ? text.size() : end + 2;
+        }
+        gp << "set bmargin " << 5 + lines.size() << "\n";
+        for (size_t i = 0; i < lines.size(); ++i)
+            gp << "set label " << 99 - i << " " << gnuplot_quote(lines[i]) << " at screen 0.02, screen "
+               << 0.03 + 0.035 * double(lines.size() - 1 - i) << " left font ',8'\n";
     }
 
 private:
