@@ -108,7 +108,7 @@ test-vboard: cross-arm64 build
 # of this checkout (shared in at the same path). QUICK=0 runs the full sweeps instead.
 reproduce-vboard: cross-arm64
 	@scripts/vboard.sh start reproduce 6.1 >/dev/null
-	@scripts/vboard.sh ssh reproduce "cd $(CURDIR) && make --no-print-directory -f Makefile.reproduce BOARD=virt-a76 BUILD=build-arm64 QUICK=$(or $(QUICK),1) RESULTS=results/virt-a76" \
+	@scripts/vboard.sh ssh reproduce "cd $(CURDIR) && make --no-print-directory -f Makefile.reproduce BOARD=virt-a76 BUILD=build-arm64 QUICK=$(or $(QUICK),1) RESULTS=results/virt-a76 COMMIT=$$(git rev-parse --short HEAD)" \
 	  && rc=0 || rc=$$?; scripts/vboard.sh stop reproduce; exit $$rc
 
 # The farm over SSH (farm/inventory-vboards.ini): both virtual boards booted at the

@@ -80,10 +80,16 @@ fs::path write_results_readme(const fs::path& dir) {
             if (p.scale == "tiny") md << "Models: the cards' tiny variants (the board profile's `[reproduce] scale`).\n\n";
         } catch (const Error&) {
         }
-    if (quick)
+    // A quick run is kept apart (results/<board>/quick/) beside the full run's evidence, or is
+    // itself what a board commits (the emulated board: its full sweeps take days there).
+    if (quick && dir.filename() == "quick")
         md << "**A quick run** (`make reproduce`, QUICK=1): the quick sweeps in 2 interleaved rounds — too few for "
               "intervals, so no claim is decided here. The evidence is the full run's, committed in results/"
            << board << "/ (`make reproduce QUICK=0`).\n\n";
+    else if (quick)
+        md << "**A quick run, and all there is for this board** (QUICK=1): the quick sweeps in 2 interleaved rounds — "
+              "too few for intervals, so no claim is decided here; what they show is that every study runs and "
+              "records on this board. The full sweeps are `make reproduce QUICK=0` on it.\n\n";
     if (const fs::path m = dir / "machine.json"; fs::exists(m)) {
         std::ifstream in(m);
         const auto j = nlohmann::json::parse(in, nullptr, false);
