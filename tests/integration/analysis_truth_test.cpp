@@ -5,6 +5,8 @@
 // weight type.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <map>
 
 #include "profinfer/machine_bench.h"
@@ -118,15 +120,24 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
         for (const auto& n : parse_graph_dump(dump.out)) per_decode_call += n.call == 1 && n.computed();
         ASSERT_GT(per_decode_call, 20u);
     }
-    // Long enough that attaching (BPF load, symbol lookup, probes: a few hundred ms, more on
-    // a loaded machine) ends well before the target does: 1500 calls of a tiny model took
-    // under a second untraced, and one CI run attached too late (ESRCH).
-    pid_t target = spawn({program, tiny_model(c.card), "Hello", "5000", "2", "--no-callback"}, d / "out");
+    // A decode longer than any attach, ended by SIGUSR1 (the target stops after the call under
+    // way and exits 0) once the recorder has stored enough calls: sized by what was recorded,
+    // not by a machine's speed. A fixed 5000 calls took ~6 s here and ~6 min in an emulated
+    // board (probes ~10x, floating point ~150x slower), where the whole count was recorded.
+    pid_t target = spawn({program, tiny_model(c.card), "Hello", "100000", "2", "--no-callback"}, d / "out");
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2}") != std::string::npos; },
                            std::chrono::seconds(60)));
-    auto r = run({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid", std::to_string(target)});
-    ASSERT_TRUE(reap(target, std::chrono::seconds(120)).has_value());
-    ASSERT_EQ(r.status, 0) << r.err;
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid",
+                        std::to_string(target)},
+                       {}, d / "err");
+    const bool enough = wait_until(
+        [&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") >= 40; }, std::chrono::minutes(10));
+    kill(target, SIGUSR1);
+    const auto target_status = reap(target, std::chrono::seconds(120));
+    const auto status = reap(prof, std::chrono::seconds(120));
+    ASSERT_TRUE(enough) << "40 decode calls were not stored in 10 min: " << read_file(d / "err");
+    ASSERT_EQ(target_status, 0);
+    ASSERT_EQ(status, 0) << read_file(d / "err");
     auto s = RunSummary::load(*open_trace(d / "run.db"));
     EXPECT_EQ(s.prefill_calls, 0);
     ASSERT_GT(s.decode_calls, 20);
