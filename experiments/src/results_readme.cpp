@@ -139,12 +139,13 @@ fs::path write_results_readme(const fs::path& dir) {
             char day[32];
             const time_t t = time_t(first);
             std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&t));
+            // How long it took is the study's own README's (its runs' time): one owner for that number.
             outside += std::string(outside.empty() ? "" : ", ") + "[" + s.filename().string() + "](" + s.filename().string() +
-                       "/) (" + day + ", " + format_number((last - first) / 60) + " minutes)";
+                       "/) (" + day + ")";
         }
         if (!outside.empty())
-            md << "Recorded on this board outside that run, by `profinfer experiment run` on its spec alone: " << outside
-               << ".\n\n";
+            md << "Recorded on this board outside that run, by `profinfer experiment run` on its spec alone (how long each took: its own "
+                  "README): " << outside << ".\n\n";
     }
     md << "Every study records each point of its sweep once per round, in interleaved rounds (each round visits "
           "every point, in an order of its own), and gives per point the median over the rounds with a 95 % "
@@ -197,7 +198,10 @@ fs::path write_results_readme(const fs::path& dir) {
         }
         md << "| [" << name << "](" << name << "/table.md) | " << facts["title"] << " | " << facts["paper"] << " | "
            << facts["level"] << " | " << t.rows.size() << " | "
-           << (n_lo == n_hi ? std::to_string(n_hi) : std::to_string(n_lo) + "–" + std::to_string(n_hi)) << " | "
+           << (t.rows.empty()      ? std::string("–")
+               : n_lo == n_hi ? std::to_string(n_hi)
+                              : std::to_string(n_lo) + "–" + std::to_string(n_hi))
+           << " | "
            << (std::isfinite(lo) ? format_number(lo) + "–" + format_number(hi) : "–") << " |\n";
     }
     md << "\nAlso here, each with its own tables: ";

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <set>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment.h"
+#include "profinfer/experiment_index.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -417,15 +419,32 @@ TEST(ResultsReadme, EveryNumberComesFromATable) {
     std::ofstream(d / "machine.json")
         << R"({"cpu": "Test CPU", "host": "h", "isa": "f32: avx2", "roofs": [{"threads": 1, "triad_gbs": 21.456, "peak_gflops_f32": 99.87}]})";
     std::ofstream(d / "reproduce.json") << R"({"started": 1000, "finished": 7006, "quick": 0, "commit": "abc1234"})";
+    // A study recorded again after that run (two runs 90 s apart, 2026-12-03): named with its
+    // day; how long it took is its own README's number, not computed again here.
+    {
+        const fs::path again = d / "backends";
+        fs::create_directories(again);
+        store::ExperimentIndex ix(again / "index.db", store::ExperimentIndex::Mode::Write);
+        for (const auto& [fact, value] : std::map<std::string, std::string>{
+                 {"name", "backends"}, {"title", "Backends"}, {"paper", "Fig. 9"}, {"board", "host"}, {"quick", "0"}})
+            ix.set_fact(fact, value);
+        for (int round : {1, 2})
+            ix.put({.id = "p", .round = round, .status = "done", .started_at = 1796300000.0 + 90 * round,
+                    .ended_at = 1796300000.0 + 90 * round + 37});
+        std::ofstream(again / "verdicts.csv") << "claim,metric,expect,a,b,group,estimate,lo,hi,n,verdict,reason\n";
+        std::ofstream(again / "table.csv") << "n,decode_tps_cv_pct\n";
+    }
     const auto r = run({profinfer_bin(), "experiment", "readme", d.path()});
     ASSERT_EQ(r.status, 0) << r.err;
     const std::string readme = read_file(d / "README.md");
+    EXPECT_NE(readme.find("[backends](backends/) (2026-12-03)"), std::string::npos) << readme;
     // What the tables hold, printed as the tables print numbers.
     std::set<std::string> allowed;
     for (double v : {0.8123, 0.7912, 0.8344, 31.27, 29.01, 35.5, 1.234, 4.321, 21.456, 99.87, 33.0, 7.0, 4.0, 2.0, 1.0, 0.0,
                      (7006 - 1000) / 60.0})
         allowed.insert(format_number(v));
-    for (const char* words : {"9", "512", "95", "3", "5"}) allowed.insert(words);  // Fig. 9, ctx=512, 95 %, 3 digits, QUICK
+    for (const char* words : {"9", "512", "95", "3", "5", "2026", "12", "03"})  // Fig. 9, ctx=512, 95 %, 3 digits, QUICK, a day
+        allowed.insert(words);
     for (const char* must : {"0.812 [0.791, 0.834]", "31.3 [29, 35.5]", "**within noise**", "needs 4 CPUs or more",
                              "1.23–4.32", "Test CPU", "21.5 GB/s", "100 minutes", "QUICK=0` at commit `abc1234`"})
         EXPECT_NE(readme.find(must), std::string::npos) << must << "\n" << readme;
