@@ -103,7 +103,7 @@ build_flavour() { # flavour
             -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DLLAMA_BUILD_EXAMPLES=ON)
   fi
   local server=OFF targets=("${TARGETS[@]}")
-  if [[ $flavour == debug && $TARGET == x64 ]]; then server=ON; targets+=("${SERVER_TARGETS[@]}"); fi
+  if [[ $flavour == debug ]]; then server=ON; targets+=("${SERVER_TARGETS[@]}"); fi
   ensure_source
   say "building llama.cpp ($flavour${ARCH:+, $ARCH}) in $dir/build — about 10 minutes on 2 cores, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -151,7 +151,7 @@ case $cmd in
     # A cache built before a program joined TARGETS: its build tree gains it (incremental),
     # where this machine builds that cache (an x64 host, or the cross build; never a board).
     if [[ -f $manifest && -d $ROOT/$flavour/build && ( $TARGET == x64 || -n $ARCH ) ]]; then
-      wanted=("${TARGETS[@]}"); [[ $flavour == debug && $TARGET == x64 ]] && wanted+=("${SERVER_TARGETS[@]}")
+      wanted=("${TARGETS[@]}"); [[ $flavour == debug ]] && wanted+=("${SERVER_TARGETS[@]}")
       for t in "${wanted[@]}"; do
         if [[ ! -x $ROOT/$flavour/build/bin/$t ]]; then
           exec 9>"$ROOT/.lock"; flock 9
