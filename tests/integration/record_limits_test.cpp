@@ -234,8 +234,11 @@ TEST(RecordLimits, MemoryLimitPutsTheCommandInACgroupOfItsOwn) {
     const bool v1 = fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes");
     if (!v1 && !fs::exists("/sys/fs/cgroup/cgroup.controllers")) GTEST_SKIP() << "no memory cgroup on this machine";
     TempDir d;
+    // A decode longer than it takes to look (ended by SIGUSR1 once seen: 3000 fixed tokens took
+    // 9 s here and 460 s in an emulated board).
     pid_t rec = spawn({profinfer_bin(), "record", "--level", "token", "--memory-limit", "256M", "-o", d / "run.db", "--",
-                       llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "3000", "Hello"});
+                       graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "2", "--no-callback"},
+                      d / "out");
     const fs::path cg = fs::path(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") / ("profinfer-" + std::to_string(rec));
     std::string procs, limit;
     ASSERT_TRUE(wait_until(
@@ -245,6 +248,10 @@ TEST(RecordLimits, MemoryLimitPutsTheCommandInACgroupOfItsOwn) {
         },
         std::chrono::seconds(60)));
     limit = read_file(cg / (v1 ? "memory.limit_in_bytes" : "memory.max"));
+    // Decoding (its first call printed), then told to end after the call under way.
+    EXPECT_TRUE(wait_until([&] { return read_file(d / "out").find("{\"call\":1}") != std::string::npos; },
+                           std::chrono::minutes(5)));
+    kill(pid_t(std::stoll(procs)), SIGUSR1);
     int st = 0;
     waitpid(rec, &st, 0);
     ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
