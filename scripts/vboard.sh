@@ -47,12 +47,13 @@ cmd_image() {
   local root=$DIR/rootfs.tmp started=$SECONDS
   rm -rf "$root" "$IMAGE.tmp"
   # What profinfer runs with, its tests' tools (bpftrace: the overhead floor; ansible: the
-  # farm tests, the board its own controller), and perf/bpftool for looking by hand.
+  # farm tests, the board its own controller; go: pprof reading the exported profiles;
+  # nodejs, python3-onnx, numpy: the ONNX Runtime peer), and perf/bpftool for looking by hand.
   local packages=(systemd-sysv udev kmod iproute2 procps openssh-server ca-certificates busybox initramfs-tools
                   libbpf1 libelf1 libdw1 zlib1g libsqlite3-0 libpfm4 libprotobuf32 libgomp1 libstdc++6
                   libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
                   cmake make python3 sqlite3 bpftool bpftrace gnuplot-nox graphviz linux-perf rsync util-linux
-                  ansible)
+                  ansible golang-go nodejs python3-onnx python3-numpy)
   # The cache share (llama.cpp builds, models: read-mostly, written only by the board) is
   # mounted cache=loose, so the page cache keeps what was read: without it every run read
   # the debug libraries' DWARF through 9p again, ~1,300 major faults a recording
