@@ -189,6 +189,7 @@ TEST(PerfModels, PlanPlacesTheFasterBackendPerWeight) {
 // the plan against the faster single backend; with 2 rounds there is no interval, and the
 // verdict says so instead of calling the plan as fast.
 TEST(PerfModels, PlanCompareRunsInInterleavedRounds) {
+    PROFINFER_REQUIRE_VULKAN();
     (void)LlamaInstall::locate("vulkan", true);  // unpacked and set up once
     TempDir d;
     nlohmann::json j = cpu_and_vulkan_models();
