@@ -345,7 +345,7 @@ TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
 TEST(RecordLimits, DeferMbStoresTheRecordsOnlyWhenTheTargetHasEnded) {
     PROFINFER_REQUIRE_BPF();
     TempDir plain;
-    const std::string dump = graph_dump_bin().string() + " " + fs::path(tiny_model("llama3.2-1b")).string() + " Hello 400 2 --no-callback >/dev/null";
+    const std::string dump = graph_dump_bin().string() + " " + fs::path(tiny_model("llama3.2-1b")).string() + " Hello 1500 2 --no-callback >/dev/null";
     auto ref = record(plain, {"--level", "op"}, {"/bin/sh", "-c", dump});
     ASSERT_EQ(ref.result.status, 0) << ref.result.err;
     const int64_t ops = count(ref.db, "SELECT count(*) FROM ops");
