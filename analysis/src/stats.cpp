@@ -41,7 +41,9 @@ std::pair<double, double> wilson_interval(int64_t k, int64_t n, double z) {
     const double p = double(k) / double(n), nn = double(n), z2 = z * z;
     const double centre = (p + z2 / (2 * nn)) / (1 + z2 / nn);
     const double half = z * std::sqrt(p * (1 - p) / nn + z2 / (4 * nn * nn)) / (1 + z2 / nn);
-    return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+    // At the edges the bound is exactly 0 (k = 0) or 1 (k = n); rounding left 1e-15 above
+    // a share of 0, so the interval did not contain its own estimate.
+    return {k <= 0 ? 0.0 : std::max(0.0, centre - half), k >= n ? 1.0 : std::min(1.0, centre + half)};
 }
 
 Table stats_table(store::Database& db, const std::string& by) {

@@ -219,3 +219,17 @@ TEST(Stats, ByExpertCallMatchesTheRawIds) {
         EXPECT_GT(num(r["time_us"]), 0);
     }
 }
+
+// A Wilson interval contains its own estimate, exactly at the edges too (k = 0 gave a lower
+// bound of 1.4e-15 above a share of 0 for 22 samples: ExperimentRun.ExactWait... failed).
+TEST(Stats, WilsonIntervalContainsItsEstimateAtTheEdges) {
+    for (int64_t n : {1, 7, 22, 1000}) {
+        EXPECT_EQ(profinfer::wilson_interval(0, n).first, 0.0) << n;
+        EXPECT_EQ(profinfer::wilson_interval(n, n).second, 1.0) << n;
+        for (int64_t k = 0; k <= n; k += std::max<int64_t>(1, n / 5)) {
+            const auto [lo, hi] = profinfer::wilson_interval(k, n);
+            EXPECT_LE(lo, double(k) / n) << k << "/" << n;
+            EXPECT_GE(hi, double(k) / n) << k << "/" << n;
+        }
+    }
+}
