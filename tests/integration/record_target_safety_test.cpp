@@ -116,25 +116,6 @@ TEST(TargetSafety, KillNineAtTheLoaderStopLetsTheCommandFinish) {
     EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
 }
 
-namespace {
-
-// State letter and CPU time (utime + stime, ticks) of PID from /proc/PID/stat; "" if gone.
-std::string state_and_cpu(pid_t pid) {
-    const std::string s = read_file("/proc/" + std::to_string(pid) + "/stat");
-    const auto close = s.rfind(')');
-    if (close == std::string::npos) return "";
-    std::istringstream f(s.substr(close + 2));
-    std::string field, state;
-    long long utime = 0, stime = 0;
-    f >> state;
-    for (int i = 4; i < 14 && f >> field; ++i) {
-    }
-    f >> utime >> stime;
-    return state + " " + std::to_string(utime + stime);
-}
-
-}  // namespace
-
 // Every loader stop is resumed, however the target and profinfer are scheduled: the
 // stop is sent and counted before profinfer can hear of it, so its SIGCONT never comes
 // first. (When the library record went out before the SIGSTOP, a target preempted in
@@ -157,7 +138,8 @@ TEST(TargetSafety, EveryLoaderStopIsResumed) {
         auto unchanged_since = std::chrono::steady_clock::now();
         while (!(status = reap(prof, 1s))) {
             const pid_t target = launched_child(prof, "dlopen_loop");
-            const std::string now = target ? state_and_cpu(target) : "";
+            const auto st = target ? proc_stat(target) : std::nullopt;
+            const std::string now = st ? std::string(1, st->state) + " " + std::to_string(st->cpu_ticks) : "";
             if (now.empty() || now[0] != 'T' || now != seen) {
                 seen = now;
                 unchanged_since = std::chrono::steady_clock::now();

@@ -176,10 +176,25 @@ std::vector<pid_t> children_of(pid_t pid) {
     return out;
 }
 
+std::optional<ProcStat> proc_stat(pid_t pid) {
+    const std::string s = read_file("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = s.rfind(')');  // comm may hold spaces and parentheses
+    if (close == std::string::npos || close + 2 >= s.size()) return std::nullopt;
+    std::istringstream f(s.substr(close + 2));
+    ProcStat st;
+    std::string field;
+    f >> st.state;
+    for (int i = 4; i < 14 && f >> field; ++i) {  // fields 4..13: ppid .. cmajflt
+    }
+    long long utime = 0, stime = 0;
+    f >> utime >> stime;  // fields 14 and 15
+    st.cpu_ticks = utime + stime;
+    return st;
+}
+
 char state_of(pid_t pid) {
-    std::string s = read_file("/proc/" + std::to_string(pid) + "/stat");
-    auto close = s.rfind(')');
-    return close == std::string::npos || close + 2 >= s.size() ? 0 : s[close + 2];
+    const auto st = proc_stat(pid);
+    return st ? st->state : 0;
 }
 
 std::string comm_of(pid_t pid) {

@@ -43,6 +43,12 @@ bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds ti
 // The children of PID (/proc/PID/task/*/children), the state letter of PID's
 // /proc/PID/stat (0 if gone), and its comm.
 std::vector<pid_t> children_of(pid_t pid);
+// /proc/PID/stat's state letter and CPU time (utime + stime, clock ticks); nothing if gone.
+struct ProcStat {
+    char state = 0;
+    long long cpu_ticks = 0;
+};
+std::optional<ProcStat> proc_stat(pid_t pid);
 char state_of(pid_t pid);
 std::string comm_of(pid_t pid);
 // waitpid with a timeout: the exit status (128+signal when killed), or nothing.
