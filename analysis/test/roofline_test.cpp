@@ -61,7 +61,9 @@ TEST(Roofline, BytesAreWhatTheOperatorMoves) {
             if (n.op == "GET_ROWS") {
                 // dst [ne0, rows]: as many rows read from the table, plus the row ids.
                 EXPECT_EQ(double(t.bytes), row_bytes(n.srcs[0].type, n.ne[0] * n.ne[1] * n.ne[2]) + all(n.srcs[1]) + dst) << n.name;
-                if (n.name == "embd") EXPECT_LT(double(t.bytes), all(n.srcs[0])) << "the whole embedding table";
+                if (n.name == "embd") {
+                    EXPECT_LT(double(t.bytes), all(n.srcs[0])) << "the whole embedding table";
+                }
             } else if (n.op == "SET_ROWS") {
                 EXPECT_EQ(double(t.bytes), all(n.srcs[0]) + all(n.srcs[1]) + row_bytes(n.type, n.srcs[0].ne[0] * n.srcs[0].ne[1]))
                     << n.name;

@@ -70,8 +70,12 @@ TEST(TraceTables, ATraceWritesAndReadsBackOnTheBuildDirectorysFileSystem) {
     // The mount's type, as `stat -f` cannot tell (9p reports the host's file system).
     const auto df = run({"findmnt", "-n", "-o", "FSTYPE", "--target", dir.string()});
     std::cout << "file system: " << df.out;
-    if (df.out.rfind("9p", 0) == 0) EXPECT_TRUE(store::wal_unsafe_filesystem(p)) << "9p";
-    if (df.out.rfind("ext4", 0) == 0 || df.out.rfind("tmpfs", 0) == 0) EXPECT_FALSE(store::wal_unsafe_filesystem(p)) << df.out;
+    if (df.out.rfind("9p", 0) == 0) {
+        EXPECT_TRUE(store::wal_unsafe_filesystem(p)) << "9p";
+    }
+    if (df.out.rfind("ext4", 0) == 0 || df.out.rfind("tmpfs", 0) == 0) {
+        EXPECT_FALSE(store::wal_unsafe_filesystem(p)) << df.out;
+    }
     {
         store::Database db(p, store::Database::Mode::Create);
         {

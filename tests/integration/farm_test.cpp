@@ -52,9 +52,10 @@ void expect_farm_results(const fs::path& results, const std::string& a, const st
     for (const auto& board : {a, b}) {
         EXPECT_TRUE(fs::exists(results / board / "smoke" / "index.db")) << board;
         EXPECT_TRUE(fs::exists(results / board / "smoke" / "table.csv")) << board;
-        if (fs::exists(results / board / "smoke" / "points"))
+        if (fs::exists(results / board / "smoke" / "points")) {
             for (auto& e : fs::directory_iterator(results / board / "smoke" / "points"))
                 EXPECT_NE(e.path().extension(), ".db") << "trace DBs were brought back: " << e.path();
+        }
     }
     auto rows = merged_points(results / "farm.db");
     ASSERT_EQ(rows.size(), points) << "2 boards x 2 points x 2 quick rounds in farm.db";
