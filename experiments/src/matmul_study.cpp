@@ -183,7 +183,12 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
             }
         }
         if (series.empty()) continue;
-        std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>> fitted;
+        // Decode (n=1) solid and wide under the prompts' (n>1) dashes: lines that coincide both show.
+        struct Line {
+            std::string name, style;
+            std::vector<std::pair<double, double>> pts;
+        };
+        std::vector<Line> fitted;
         for (const auto& [key, f] : lines) {
             if (key[0] != "all" || key[3] != th) continue;
             std::vector<std::pair<double, double>> pts;
@@ -191,7 +196,8 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
                 const double x = lo * std::pow(hi / lo, i / 24.0);
                 pts.push_back({x, f.coef[0] + f.coef[1] * x});
             }
-            fitted.push_back({"fit, " + key[1] + (key[2] == "cpu" ? "" : " " + key[2]) + ", " + key[4] + " (all models)", pts});
+            fitted.push_back({"fit, " + key[1] + (key[2] == "cpu" ? "" : " " + key[2]) + ", " + key[4] + " (all models)",
+                              key[4] == perf::batch_class(1) ? "dt 1 lw 4" : "dt 2 lw 2", pts});
         }
         auto f = plot.draw(spec.name + "-t" + th, spec.title + " (" + th + " threads)", [&](Gnuplot& gp) {
             Plotter::caption(gp, caption);
@@ -204,11 +210,11 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
                        std::to_string(pt[(i / 8) % 5]) + " ps 0.8 title " + gnuplot_quote(name);
                 ++i;
             }
-            for (const auto& [name, pts] : fitted)
-                cmd += std::string(i++ ? ", " : "") + "'-' using 1:2 with lines dt 2 lw 2 title " + gnuplot_quote(name);
+            for (const auto& l : fitted)
+                cmd += std::string(i++ ? ", " : "") + "'-' using 1:2 with lines " + l.style + " title " + gnuplot_quote(l.name);
             gp << cmd << "\n";
             for (const auto& [name, pts] : series) gp.send1d(pts);
-            for (const auto& [name, pts] : fitted) gp.send1d(pts);
+            for (const auto& l : fitted) gp.send1d(l.pts);
         });
         written.push_back(f.png);
         written.push_back(f.svg);
