@@ -54,11 +54,6 @@ cmd_image() {
                   libboost-iostreams1.74.0 libboost-filesystem1.74.0 libtomlplusplus3 libbenchmark1debian
                   cmake make python3 sqlite3 bpftool bpftrace gnuplot-nox graphviz linux-perf rsync util-linux
                   ansible golang-go nodejs python3-onnx python3-numpy)
-  # The cache share (llama.cpp builds, models: read-mostly, written only by the board) is
-  # mounted cache=loose, so the page cache keeps what was read: without it every run read
-  # the debug libraries' DWARF through 9p again, ~1,300 major faults a recording
-  # (docs/boards.md). The repository share keeps 9p's default (no cache): the host writes
-  # there too.
   say "building the arm64 root filesystem (mmdebstrap through qemu-user: ~15 minutes)"
   # The initramfs holds the virt machine's boot drivers only: a full one takes over ten
   # minutes per kernel under qemu-user, this one a few.
@@ -71,8 +66,8 @@ cmd_image() {
     --customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $KERNEL_6_1 $KERNEL_5_10" \
     --customize-hook='rm "$1/etc/apt/sources.list.d/bullseye.list"' \
     --customize-hook='echo vboard > "$1/etc/hostname"' \
-    --customize-hook='printf "/dev/vda / ext4 rw,relatime 0 1\nrepo '"$REPO"' 9p trans=virtio,version=9p2000.L,msize=524288,nofail,x-systemd.requires=systemd-modules-load.service 0 0\ncache '"$CACHE"' 9p trans=virtio,version=9p2000.L,msize=524288,cache=loose,nofail,x-systemd.requires=systemd-modules-load.service 0 0\n" > "$1/etc/fstab"' \
-    --customize-hook='mkdir -p "$1'"$REPO"'" "$1'"$CACHE"'" "$1/root/.ssh"' \
+    --customize-hook='echo "/dev/vda / ext4 rw,relatime 0 1" > "$1/etc/fstab"' \
+    --customize-hook='mkdir -p "$1/root/.ssh"' \
     --customize-hook='echo 9pnet_virtio > "$1/etc/modules-load.d/9p.conf"' \
     --customize-hook='printf "#!/bin/sh\n# build-arm64 names qemu-aarch64-static as its tests emulator: here they run as they are.\nexec \"\$@\"\n" > "$1/usr/local/bin/qemu-aarch64-static"' \
     --customize-hook='chmod +x "$1/usr/local/bin/qemu-aarch64-static"' \
@@ -94,6 +89,27 @@ cmd_image() {
 }
 
 run_dir() { echo "$DIR/run/$1"; }
+
+# The shares, mounted once the board answers, at the paths of the checkout and the cache
+# that started it (not baked into the image: a board started from another clone, or with
+# another PROFINFER_CACHE, sees that one), and PROFINFER_CACHE for every login (pam_env),
+# Ansible's included. The cache share (llama.cpp builds, models: read-mostly, written only
+# by the board) is mounted cache=loose, so the page cache keeps what was read: without it
+# every run read the debug libraries' DWARF through 9p again, ~1,300 major faults a
+# recording (docs/boards.md). The repository share keeps 9p's default (no cache): the host
+# writes there too. (Images built before 2026-12-03 also mount them by fstab, at the paths
+# of the checkout that built them.)
+mount_shares() {
+  local name=$1 opts=trans=virtio,version=9p2000.L,msize=524288
+  # A tag mounts once: where an older image's fstab mounted it elsewhere, a bind mount.
+  ssh_to "$name" "set -e; modprobe 9pnet_virtio 2>/dev/null || true
+    share() { at=\$(awk -v t=\$1 '\$1 == t && \$3 == \"9p\" { print \$2; exit }' /proc/mounts); mkdir -p \"\$2\"
+      if [ -z \"\$at\" ]; then mount -t 9p -o \$3 \$1 \"\$2\"; elif [ \"\$at\" != \"\$2\" ]; then mount --bind \"\$at\" \"\$2\"; fi; }
+    share repo $(printf %q "$REPO") $opts
+    share cache $(printf %q "$CACHE") $opts,cache=loose
+    echo PROFINFER_CACHE=$(printf %q "$CACHE") > /etc/environment" \
+    || die "$name: could not mount $REPO and $CACHE (9p): $(run_dir "$name")/console.log"
+}
 
 cmd_start() {
   local name=${1:?board name} kernel=${2:?kernel: 6.1 or 5.10} port=${3:-}
@@ -123,6 +139,7 @@ cmd_start() {
     -daemonize -pidfile "$run/pid"
   for _ in $(seq 1 120); do
     if ssh_to "$name" true 2>/dev/null; then
+      mount_shares "$name"
       echo "$((SECONDS - started))" > "$run/boot_seconds"
       say "$name up on kernel $kernel in $((SECONDS - started)) s (ssh port $port)"
       echo "$port"
