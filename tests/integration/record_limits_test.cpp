@@ -65,15 +65,7 @@ TEST(RecordLimits, SixteenThreadsOnTwoCoresLoseNothing) {
 // it is never raised.
 TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
     PROFINFER_REQUIRE_BPF();
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    std::vector<pid_t> hogs;
-    for (long c = 0; c < cpus; ++c) hogs.push_back(spawn({"/bin/sh", "-c", "while :; do :; done"}));
-    struct Reap {
-        std::vector<pid_t>& h;
-        ~Reap() {
-            for (pid_t p : h) kill(p, SIGKILL), waitpid(p, nullptr, 0);
-        }
-    } reap_hogs{hogs};
+    CpuHogs hogs;
     const std::vector<std::string> cmd{graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "400", "2",
                                        "--no-callback"};
     for (const char* consumer : {"idle", "normal"}) {

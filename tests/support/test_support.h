@@ -37,6 +37,21 @@ void expect_one_line_failure(const RunResult& r, const std::string& needle);
 pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out = {},
             const std::filesystem::path& err = {});
 
+// A spinning shell per online CPU (every CPU busy, whatever the machine: a virtual board has
+// four), killed and reaped by stop() or at the end of the scope.
+class CpuHogs {
+public:
+    CpuHogs();
+    ~CpuHogs() { stop(); }
+    CpuHogs(const CpuHogs&) = delete;
+    CpuHogs& operator=(const CpuHogs&) = delete;
+    void stop();
+    size_t size() const { return pids_.size(); }
+
+private:
+    std::vector<pid_t> pids_;
+};
+
 // Readiness instead of sleeps: polls READY every 2 ms until it holds (true) or TIMEOUT
 // passes (false).
 bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout);
