@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "profinfer/cache.h"
