@@ -320,6 +320,13 @@ const std::string& unit_of(const std::string& metric) {
 
 std::string fmt3(double v) { return format_number(v); }
 
+// "1 round", "2 rounds"; a range "1–2 rounds".
+std::string rounds_text(size_t lo, size_t hi) {
+    return (lo == hi ? std::to_string(hi) : std::to_string(lo) + "–" + std::to_string(hi)) +
+           (hi == 1 ? " round" : " rounds");
+}
+std::string rounds_text(size_t n) { return rounds_text(n, n); }
+
 std::string with_interval(const Interval& i) { return format_with_interval(i.median, i.lo, i.hi); }
 
 nlohmann::json cell(const std::string& text) {
@@ -628,8 +635,8 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                 // slowdown inside its noise crosses 0 and makes the ratio swing through ±∞).
                 const auto not_positive = std::count_if(bv.begin(), bv.end(), [](const auto& x) { return !(x.second > 0); });
                 if (not_positive > 0) {
-                    r.reason = "b is not above 0 in " + std::to_string(not_positive) + " of its " + std::to_string(bv.size()) +
-                               " rounds: a ratio to it says nothing";
+                    r.reason = "b is not above 0 in " + std::to_string(not_positive) + " of its " + rounds_text(bv.size()) +
+                               ": a ratio to it says nothing";
                 } else {
                     r.estimate = ratio_interval(av, bv);
                     r.verdict = judge(r.estimate, c.factor, c.expect_greater);
@@ -637,7 +644,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())
                 r.reason = r.estimate.n == 0 ? c.metric + " was not measured"
-                                             : "n = " + std::to_string(r.estimate.n) + " rounds: too few for an interval (at least " +
+                                             : "n = " + rounds_text(r.estimate.n) + ": too few for an interval (at least " +
                                                    std::to_string(kMinRoundsForInterval) + ")";
             out.push_back(r);
         }
@@ -786,7 +793,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         auto m = summarise_matmuls(spec, pts, out_dir,
                                    machine_of(out_dir, board) + "; " + std::to_string(points.size()) +
                                        " points (models x types x threads); --level " + spec.level +
-                                       "; each shape's median per call, every round: " + std::to_string(rounds) + " rounds");
+                                       "; each shape's median per call, every round: " + rounds_text(rounds));
         written.insert(written.end(), m.files.begin(), m.files.end());
         fits = std::move(m.fits);
     }
@@ -801,7 +808,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                                                  machine_of(out_dir, board) + "; " + points.front().params.at("model") +
                                                      ", decode; CPU: --level " + spec.level + " trace, " +
                                                      points.front().params.at("threads") + " threads; Vulkan: lavapipe; n = " +
-                                                     std::to_string(rounds) + " rounds per side");
+                                                     rounds_text(rounds) + " per side");
         written.insert(written.end(), f.begin(), f.end());
     }
     OutputFile::write(out_dir / "table.csv", t.to_csv());
@@ -850,8 +857,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         if (!spec.paper.empty()) md << "Reproduces: " << spec.paper << ". ";
         md << "Tracer level: `" << spec.level << "`. Sweep: " << (quick ? "quick" : "full") << ", " << points.size()
            << " of " << n_sweep << " points recorded, "
-           << (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n))
-           << " interleaved rounds each (n), recorded in " << fmt3(facts.recording_s / 60)
+           << rounds_text(min_n, max_n) << " each (n), interleaved, recorded in " << fmt3(facts.recording_s / 60)
            << " minutes. Cells: median over the rounds [95 % bootstrap interval]";
         if (min_n < kMinRoundsForInterval)
             md << "; no interval where n < " << kMinRoundsForInterval << " (too few rounds)";
@@ -897,8 +903,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     const bool tracer_varies = std::find(varying.begin(), varying.end(), "tracer") != varying.end();
     const std::string level = tracer_varies ? "level or tracer per point (tracer)" : "--level " + spec.level;
     const std::string caption = machine_of(out_dir, board) + "; " + model_list + "; " + level + "; n = " +
-                                (min_n == max_n ? std::to_string(max_n) : std::to_string(min_n) + "–" + std::to_string(max_n)) +
-                                " rounds per point: median and 95 % bootstrap interval" +
+                                rounds_text(min_n, max_n) + " per point: median and 95 % bootstrap interval" +
                                 (min_n < kMinRoundsForInterval ? " (none: too few rounds)" : "");
     Plotter plot(out_dir);
     std::vector<std::string> xs;

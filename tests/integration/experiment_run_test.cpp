@@ -301,6 +301,10 @@ TEST(ExperimentRun, AKilledRunLeavesNothingRunning) {
     auto resumed = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
     ASSERT_EQ(resumed.status, 0) << resumed.err;
     EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done'"), 1);
+    // One round, said as one.
+    const std::string table = read_file(out / "table.md");
+    EXPECT_NE(table.find("1 round each (n)"), std::string::npos) << table;
+    EXPECT_EQ(table.find("1 rounds"), std::string::npos) << table;
 }
 
 // Spec text never leaves the results folder: a name or model with '/' or '..' is refused
