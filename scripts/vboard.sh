@@ -10,6 +10,7 @@
 #   scripts/vboard.sh ssh NAME [CMD…]    run CMD on it (a login shell without CMD)
 #   scripts/vboard.sh stop NAME          power it off cleanly (killed after 60 s)
 #   scripts/vboard.sh status             the boards running
+#   scripts/vboard.sh pid NAME           the pid of board NAME's qemu (fails if it is not running)
 #   scripts/vboard.sh key                the private key the boards accept (for ssh -i, Ansible)
 # The repository and profinfer's cache are shared into every board at the same paths as
 # here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
@@ -171,6 +172,13 @@ cmd_stop() {
   say "$name stopped"
 }
 
+cmd_pid() {
+  local name=${1:?board name} run
+  run=$(run_dir "$name")
+  [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null || die "$name is not running"
+  cat "$run/pid"
+}
+
 cmd_status() {
   for run in "$DIR"/run/*/; do
     [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null || continue
@@ -184,6 +192,7 @@ case ${1:-} in
   ssh) shift; ssh_to "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) cmd_status ;;
+  pid) shift; cmd_pid "$@" ;;
   key) [[ -f $KEY ]] || die "no key yet: scripts/vboard.sh image makes it"; echo "$KEY" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2 ;;
 esac

@@ -11,7 +11,6 @@
 #include <set>
 #include <sstream>
 
-#include "profinfer/cache.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -61,10 +60,10 @@ TEST(Vboards, NetworkReachesOnlyTheLoopbackForward) {
     } stop{name};
 
     // The command that runs the board.
-    const fs::path run_dir = profinfer::cache_dir() / "vboard" / "run" / name;
-    pid_t pid = 0;
-    std::ifstream(run_dir / "pid") >> pid;
-    ASSERT_GT(pid, 0);
+    auto pid_of = run({kVboard, "pid", name});
+    ASSERT_EQ(pid_of.status, 0) << pid_of.err;
+    const pid_t pid = std::atoi(pid_of.out.c_str());
+    ASSERT_GT(pid, 0) << pid_of.out;
     const auto args = cmdline_of(pid);
     ASSERT_FALSE(args.empty());
     EXPECT_NE(args[0].find("qemu-system-aarch64"), std::string::npos) << args[0];
