@@ -64,10 +64,14 @@ reproduce: deps llama $(BUILD)/Makefile
 # aarch64, cross-compiled here (docs/boards.md): the user-space code, the BPF object for
 # arm64 (-D__TARGET_ARCH_arm64, tracer/bpf/vmlinux_min.h) and the tests, against the pinned
 # llama.cpp for arm64 — cross-built with debug info, and the stock @node-llama-cpp/linux-arm64.
+# Whatever the arm64 tests and studies take from the npm registry is fetched here, into the
+# cache: a virtual board has no route out (and no npm) — onnxruntime-node, the overhead
+# study's peer (its tarball holds the linux-arm64 libraries too).
 cross-arm64:
 	@scripts/install-deps.sh --cross-arm64
 	@PROFINFER_ARCH=arm64 scripts/llama.sh ensure debug >/dev/null
 	@PROFINFER_ARCH=arm64 scripts/llama.sh ensure release >/dev/null
+	@scripts/ort.sh node-path >/dev/null
 	@PROFINFER_ARCH=arm64 cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@PROFINFER_ARCH=arm64 cmake --build build-arm64 -j$(JOBS)
