@@ -90,6 +90,8 @@ cmd_image() {
 }
 
 run_dir() { echo "$DIR/run/$1"; }
+# Whether the board of run directory $1 has a qemu alive.
+alive() { [[ -f $1/pid ]] && kill -0 "$(cat "$1/pid")" 2>/dev/null; }
 
 # The shares, mounted once the board answers, at the paths of the checkout and the cache
 # that started it (not baked into the image: a board started from another clone, or with
@@ -117,7 +119,7 @@ cmd_start() {
   [[ $kernel == 6.1 || $kernel == 5.10 ]] || die "kernel must be 6.1 or 5.10, not '$kernel'"
   cmd_image
   local run; run=$(run_dir "$name")
-  if [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null; then
+  if alive "$run"; then
     say "$name is running (port $(cat "$run/port"))"; cat "$run/port"; return
   fi
   mkdir -p "$run"
@@ -175,13 +177,13 @@ cmd_stop() {
 cmd_pid() {
   local name=${1:?board name} run
   run=$(run_dir "$name")
-  [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null || die "$name is not running"
+  alive "$run" || die "$name is not running"
   cat "$run/pid"
 }
 
 cmd_status() {
   for run in "$DIR"/run/*/; do
-    [[ -f $run/pid ]] && kill -0 "$(cat "$run/pid")" 2>/dev/null || continue
+    alive "$run" || continue
     echo "$(basename "$run") kernel $(cat "$run/kernel") port $(cat "$run/port")"
   done
 }
