@@ -167,8 +167,9 @@ struct ComputeRoof {
     Kernel kernel;
 };
 
-bool cpu_has(const char* feature) {
 #if defined(__x86_64__)
+// Only the x86 roofs ask which units the CPU has; an arm64 build has the generic one.
+bool cpu_has(const char* feature) {
     __builtin_cpu_init();
     const std::string f = feature;
     if (f == "avx512f") return __builtin_cpu_supports("avx512f");
@@ -180,10 +181,9 @@ bool cpu_has(const char* feature) {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (f == "avxvnni") return avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
     if (f == "f16c") return avx2 && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-#endif
-    (void)feature;
     return false;
 }
+#endif
 
 // For each kind of arithmetic llama.cpp's CPU kernels use, the widest unit this CPU has.
 std::vector<ComputeRoof> compute_roofs() {
