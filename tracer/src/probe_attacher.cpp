@@ -159,11 +159,12 @@ void destroy_links(const std::vector<bpf_link*>& links) {
 }  // namespace
 
 void ProbeAttacher::detach_all() {
-    // Operators off before the probes go: they go one by one, each close waiting out a
-    // grace period (far longer in an emulated board), and a decode call that ran in between
-    // was recorded in part — its nodes on the probes still in, none on those gone (two whole
-    // calls of 80 of their 90 nodes, seen on a 6.1 virtual board). Now the call under way is
-    // cut where the stop found it (counted as cut) and later ones record no operator.
+    // Operators off before the probes go: they do not go at one instant (each close waits
+    // out a grace period, far longer in an emulated board), and a decode call that ran in
+    // between was recorded in part — its nodes on the probes still in, none on those gone
+    // (two whole calls with 80 of their 90 operator records, seen on a 6.1 virtual board).
+    // Now the call under way is cut where the stop found it (counted as cut) and later
+    // ones record no operator.
     if (!attached_.empty()) __atomic_store_n(&skel_->data->ops_enabled, false, __ATOMIC_RELEASE);
     std::vector<bpf_link*> links;
     for (auto& a : attached_) links.push_back(a.link);
