@@ -158,6 +158,8 @@ void destroy_links(const std::vector<bpf_link*>& links) {
 }
 }  // namespace
 
+void ProbeAttacher::ops_off() { __atomic_store_n(&skel_->data->ops_enabled, false, __ATOMIC_RELEASE); }
+
 void ProbeAttacher::detach_all() {
     // Operators off before the probes go: they do not go at one instant (each close waits
     // out a grace period, far longer in an emulated board), and a decode call that ran in
@@ -165,7 +167,7 @@ void ProbeAttacher::detach_all() {
     // (two whole calls with 80 of their 90 operator records, seen on a 6.1 virtual board).
     // Now the call under way is cut where the stop found it (counted as cut) and later
     // ones record no operator.
-    if (!attached_.empty()) __atomic_store_n(&skel_->data->ops_enabled, false, __ATOMIC_RELEASE);
+    if (!attached_.empty()) ops_off();
     std::vector<bpf_link*> links;
     for (auto& a : attached_) links.push_back(a.link);
     attached_.clear();
@@ -287,7 +289,7 @@ void ProbeAttacher::attach_new_libraries() {
                          std::any_of(fresh.begin(), fresh.end(), [](const MappedLibrary& l) {
                              return l.role == LibRole::GgmlCpu || l.role == LibRole::GgmlVulkan;
                          })};
-    if (ops_off.active) __atomic_store_n(&skel_->data->ops_enabled, false, __ATOMIC_RELEASE);
+    if (ops_off.active) this->ops_off();
     for (const auto& lib : fresh) {
         const auto& sym = *elf[lib.path];
         OpStrategy strategy = OpStrategy::None;
@@ -365,7 +367,7 @@ void ProbeAttacher::set_ops_attached(bool on) {
     ops_attached_ = on;
     // Off before the probes go, on after they are all in: a call that begins in between
     // records no operator (the BPF side latches ops_enabled per llama_decode call).
-    if (!on) skel_->data->ops_enabled = false;
+    if (!on) ops_off();
     if (!on) {
         std::vector<bpf_link*> links;
         auto it = std::remove_if(attached_.begin(), attached_.end(), [&](const Attached& a) {

@@ -62,6 +62,9 @@ public:
     void detach_all();
 
 private:
+    // No operator recorded from here on (the BPF side also latches it per llama_decode call):
+    // the first step before operator probes go or while they go in.
+    void ops_off();
     struct Attached;
     struct OpLibrary;
     bpf_link* attach_uprobe(bpf_program* prog, const std::filesystem::path& lib, const char* symbol, bool ret,
