@@ -181,6 +181,8 @@ std::string Claim::expectation() const {
     return std::string("a ") + (expect_greater ? ">" : "<") + f + (value ? " value" : " b");
 }
 
+std::string Claim::compared() const { return metric_b.empty() ? metric : metric + " / " + metric_b; }
+
 const std::string& SweepPoint::at(const std::string& name) const {
     auto it = params.find(name);
     if (it == params.end()) throw Error("sweep point has no parameter '" + name + "'");

@@ -630,11 +630,18 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             } else if (auto b = bs.find(group); b == bs.end()) {
                 r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
             } else {
-                const ByRound& bv = b->second->of(c.metric_b.empty() ? c.metric : c.metric_b);
+                const std::string& metric_b = c.metric_b.empty() ? c.metric : c.metric_b;
+                const ByRound& bv = b->second->of(metric_b);
                 // A ratio to b means something only where b is above 0 (a speed always is; a
                 // slowdown inside its noise crosses 0 and makes the ratio swing through ±∞).
                 const auto not_positive = std::count_if(bv.begin(), bv.end(), [](const auto& x) { return !(x.second > 0); });
-                if (not_positive > 0) {
+                if (av.empty() || bv.empty()) {
+                    // Name the side that has no value: a point measured on one side only
+                    // (a hog that starts before the first decode call has no "before").
+                    r.reason = (av.empty() ? c.metric + " was not measured in a" : "") +
+                               (av.empty() && bv.empty() ? "; " : "") +
+                               (bv.empty() ? metric_b + " was not measured in b" : "");
+                } else if (not_positive > 0) {
                     r.reason = "b is not above 0 in " + std::to_string(not_positive) + " of its " + rounds_text(bv.size()) +
                                ": a ratio to it says nothing";
                 } else {
@@ -643,7 +650,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                 }
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())
-                r.reason = r.estimate.n == 0 ? c.metric + " was not measured"
+                r.reason = r.estimate.n == 0 ? c.metric + " was not measured in a"
                                              : "n = " + rounds_text(r.estimate.n) + ": too few for an interval (at least " +
                                                    std::to_string(kMinRoundsForInterval) + ")";
             out.push_back(r);
@@ -843,7 +850,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
         };
         for (const auto& r : verdicts) {
             const Claim& c = *r.claim;
-            v.rows.push_back({c.says, c.metric + (c.metric_b.empty() ? "" : " / " + c.metric_b), c.expectation(), sel(c.a),
+            v.rows.push_back({c.says, c.compared(), c.expectation(), sel(c.a),
                               c.value ? nlohmann::json(*c.value) : nlohmann::json(sel(c.b)), r.group,
                               number_or_null(r.estimate.median), number_or_null(r.estimate.lo),
                               number_or_null(r.estimate.hi), int64_t(r.estimate.n), to_string(r.verdict), r.reason});
@@ -872,7 +879,7 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                   "|---|---|---|---|---|---|\n";
             for (const auto& r : verdicts) {
                 const Claim& c = *r.claim;
-                std::string test = c.metric + " " + c.expectation();
+                std::string test = c.compared() + " " + c.expectation();
                 md << "| " << c.says << " | " << test << " | " << (r.group.empty() ? "–" : r.group) << " | "
                    << with_interval(r.estimate) << " | " << r.estimate.n << " | **" << to_string(r.verdict) << "**"
                    << (r.reason.empty() ? "" : ": " + r.reason) << " |\n";

@@ -312,6 +312,47 @@ TEST(ExperimentSpec, ARatioToAValueThatCrossesZeroIsNotTestable) {
     EXPECT_NE(zero->reason.find("not above 0 in 1 of"), std::string::npos) << zero->reason;
 }
 
+// A claim between two metrics of the same points (metric_b) that one side never measured
+// (Fig. 8's "before the hog" when the hog starts before the first decode call) is not
+// testable, naming the metric and the side that has none — not the other one.
+TEST(ExperimentSpec, AMetricMissingOnOneSideIsNamedWithItsSide) {
+    TempDir d;
+    const std::string within = R"(
+[[claim]]
+says = "Slower during than before"
+metric = "decode_tps_during_hog"
+metric_b = "decode_tps_before_hog"
+a = { ctx = 0 }
+b = { ctx = 0 }
+expect = "a < b"
+)";
+    const auto s = ExperimentSpec::load(write_spec(d, std::string(kClaims) + within));
+    const Claim& c = s.claims.back();
+    EXPECT_EQ(c.compared(), "decode_tps_during_hog / decode_tps_before_hog");
+    EXPECT_EQ(s.claims.front().compared(), "decode_tps");
+    auto reason_of = [&](const std::vector<PointSamples>& points) {
+        for (const auto& r : evaluate_claims(s, points, Testbed{2, false}))
+            if (r.claim == &c && r.group == "model=llama3.2-1b") {
+                EXPECT_EQ(r.verdict, Verdict::NotTestable);
+                return r.reason;
+            }
+        ADD_FAILURE() << "no result";
+        return std::string();
+    };
+    auto points = synthetic(s, 10, 10);
+    EXPECT_EQ(reason_of(points), "decode_tps_during_hog was not measured in a; decode_tps_before_hog was not measured in b");
+    for (auto& p : points)
+        for (int r = 1; r <= 7; ++r) p.metrics["decode_tps_during_hog"][r] = 20 + r;
+    EXPECT_EQ(reason_of(points), "decode_tps_before_hog was not measured in b");
+    for (auto& p : points)
+        for (int r = 1; r <= 7; ++r) p.metrics["decode_tps_before_hog"][r] = 40 + r;
+    for (const auto& r : evaluate_claims(s, points, Testbed{2, false})) {
+        if (r.claim == &c) {
+            EXPECT_EQ(r.verdict, Verdict::Reproduced) << r.group << ": " << r.reason;
+        }
+    }
+}
+
 // A claim on the fitted lines is judged on the lines' per-round samples, grouped like a
 // point claim; its selectors name a line's parameters (batch among them), which a claim on
 // the points may not.

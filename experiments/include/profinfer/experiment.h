@@ -51,6 +51,7 @@ struct Claim {
     // fit_r2, fit_ns_per_mnkh, fit_intercept_us).
     std::string on;
     std::string expectation() const;                   // "a > b", "a < value", as written
+    std::string compared() const;                      // "metric", or "metric / metric_b"
 };
 
 struct ExperimentSpec {
