@@ -7,6 +7,7 @@
 #include "profinfer/error.h"
 #include "profinfer/figures.h"
 #include "profinfer/machine_bench.h"
+#include "profinfer/plotter.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -66,6 +67,27 @@ TEST(Report, ALongCaptionIsBrokenIntoLinesThatFit) {
     EXPECT_NE(svg.find(head), std::string::npos);
     EXPECT_NE(svg.find(tail), std::string::npos);
     EXPECT_EQ(svg.find(caption), std::string::npos) << "drawn on one line";
+}
+
+// The lines of a caption (a study's panels draw them too): none longer than the width unless
+// one part alone is, broken only at "; ", nothing lost.
+TEST(Report, CaptionLinesFitTheirWidthAndKeepEveryPart) {
+    const std::string caption = "4x Cortex-A76 (0xd0b), linux,dummy-virt (virt-a76); gemma2-2b, llama3.2-1b, qwen2.5-1.5b; "
+                                "level or tracer per point (tracer); n = 2 rounds per point: median and 95 % bootstrap "
+                                "interval (none: too few rounds)";
+    for (size_t width : {40u, 80u, 150u}) {
+        const auto lines = Plotter::caption_lines(caption, width);
+        std::string joined;
+        for (const auto& l : lines) {
+            const bool one_part = l.find("; ") == std::string::npos || l.find("; ") == l.size() - 2;
+            EXPECT_TRUE(l.size() <= width || one_part) << width << ": " << l;
+            joined += l;
+        }
+        EXPECT_EQ(joined, caption) << width;
+        EXPECT_EQ(lines.size() > 1, caption.size() > width) << width;
+    }
+    EXPECT_EQ(Plotter::caption_lines("one part longer than the width", 10),
+              std::vector<std::string>{"one part longer than the width"});
 }
 
 // Paper Fig. 5: one decode step, a row per thread with its operators and its barrier waits;

@@ -992,15 +992,20 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
             } else if (panels) {
                 // The caption under the last row (drawn with the first panel, at screen
                 // coordinates); x is the panel's categories, named in its title.
+                // The caption in lines that fit the width, 16 pixels apart.
+                const auto lines = Plotter::caption_lines(caption, 150);
+                const double line = 16.0 / height, bottom = (105.0 + 16.0 * double(lines.size() - 1)) / height;
                 gp << "unset title\nunset xlabel\nset multiplot layout " << rows << "," << cols << " title "
-                   << gnuplot_quote(spec.title + ": " + metric) << " margins 0.07, 0.98, " << 105.0 / height << ", "
+                   << gnuplot_quote(spec.title + ": " + metric) << " margins 0.07, 0.98, " << bottom << ", "
                    << 1 - 70.0 / height << " spacing 0.08, " << 115.0 / height << "\n"
                    << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
-                      "set style fill solid 0.5 border -1\nset xtics rotate by -30\nunset key\n"
-                   << "set label 99 " << gnuplot_quote(caption) << " at screen 0.01, screen 0.015 left font ',8'\n";
+                      "set style fill solid 0.5 border -1\nset xtics rotate by -30\nunset key\n";
+                Plotter::caption_labels(gp, lines, line, line);
                 int k = 0;
                 for (const auto& [name, by_x] : series) {
-                    gp << (k ? "unset label 99\n" : "") << "set title " << gnuplot_quote(spec.x + " — " + name);
+                    if (k)
+                        for (size_t i = 0; i < lines.size(); ++i) gp << "unset label " << 99 - i << "\n";
+                    gp << "set title " << gnuplot_quote(spec.x + " — " + name);
                     gp << "\nplot '-' using 3:4:5:xtic(2) lc " << ++k << "\n";
                     int i = 0;
                     for (const auto& x : xs)

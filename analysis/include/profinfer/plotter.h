@@ -45,6 +45,14 @@ public:
     // broken at its "; " into lines that fit the figure (a long machine name cut it off).
     static void caption(Gnuplot& gp, const std::string& text, size_t width = 140) {
         if (text.empty()) return;
+        const auto lines = caption_lines(text, width);
+        gp << "set bmargin " << 5 + lines.size() << "\n";
+        caption_labels(gp, lines, 0.03, 0.035);
+    }
+
+    // The caption's lines: broken at its "; " so that none is longer than width characters
+    // (unless one part alone is).
+    static std::vector<std::string> caption_lines(const std::string& text, size_t width = 140) {
         std::vector<std::string> lines{""};
         for (size_t at = 0; at < text.size();) {
             size_t end = text.find("; ", at);
@@ -53,10 +61,15 @@ public:
             lines.back() += part;
             at = end == std::string::npos ? text.size() : end + 2;
         }
-        gp << "set bmargin " << 5 + lines.size() << "\n";
+        return lines;
+    }
+
+    // The lines as labels 99, 98, … at screen coordinates, the last at `bottom`, each `step`
+    // above the next (fractions of the figure's height).
+    static void caption_labels(Gnuplot& gp, const std::vector<std::string>& lines, double bottom, double step) {
         for (size_t i = 0; i < lines.size(); ++i)
             gp << "set label " << 99 - i << " " << gnuplot_quote(lines[i]) << " at screen 0.02, screen "
-               << 0.03 + 0.035 * double(lines.size() - 1 - i) << " left font ',8'\n";
+               << bottom + step * double(lines.size() - 1 - i) << " left font ',8'\n";
     }
 
 private:
