@@ -108,6 +108,13 @@ TEST(PerfModels, FitRecoversAKnownLawAndPredictUsesIt) {
     EXPECT_LT(dec["heldout"]["mape_pct"].get<double>(), 3.0);
     for (const char* f : {"models.md", "matmul-heldout.csv", "decode-heldout.csv", "matmul-heldout-t2.png", "decode-heldout.svg"})
         EXPECT_TRUE(fs::exists(d / "models" / f)) << f;
+    // Each held-out figure says where its points come from: the machine, the sweep's level and
+    // the models held out.
+    for (const char* f : {"decode-heldout.svg", "matmul-heldout-t2.svg"}) {
+        const std::string svg = read_file(d / "models" / f);
+        for (const char* says : {"host; --level op (matmul-dims)", "held out: ", "fitted on the other models"})
+            EXPECT_NE(svg.find(says), std::string::npos) << f << ": " << says;
+    }
     // predict: the card's shapes through the reader; a model the sweep never ran.
     auto p = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads", "2", "--json"});
     ASSERT_EQ(p.status, 0) << p.err;

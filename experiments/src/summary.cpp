@@ -320,12 +320,15 @@ const std::string& unit_of(const std::string& metric) {
 
 std::string fmt3(double v) { return format_number(v); }
 
-// "1 round", "2 rounds"; a range "1–2 rounds".
+}  // namespace
+
 std::string rounds_text(size_t lo, size_t hi) {
     return (lo == hi ? std::to_string(hi) : std::to_string(lo) + "–" + std::to_string(hi)) +
            (hi == 1 ? " round" : " rounds");
 }
 std::string rounds_text(size_t n) { return rounds_text(n, n); }
+
+namespace {
 
 std::string with_interval(const Interval& i) { return format_with_interval(i.median, i.lo, i.hi); }
 
@@ -435,10 +438,14 @@ std::string category_label(const std::string& param, const std::string& value) {
     return std::regex_match(value, m, rule) ? m[1].str() + " → " + m[2].str() : value;
 }
 
+}  // namespace
+
 std::string machine_of(const fs::path& out_dir, const std::string& board) {
     const auto j = machine_json(out_dir);
     return j.is_object() ? j.value("cpu", std::string("?")) + " (" + board + ")" : board;
 }
+
+namespace {
 
 // The parameters naming a point's group for a comparison: those the selectors do not fix
 // and that differ between the points.

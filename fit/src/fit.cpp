@@ -5,11 +5,33 @@
 
 #include "fit_parts.h"
 #include "profinfer/error.h"
+#include "profinfer/experiment.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/output_file.h"
 
 namespace profinfer {
 
 using namespace fit;
+
+namespace {
+// What every held-out figure's caption starts with: the machine, the level and the rounds of
+// the sweep the lines were fitted on (matmul-dims).
+std::string heldout_caption(const fs::path& study, const fs::path& out_dir, const std::string& board) {
+    std::map<std::string, std::string> facts;
+    if (fs::exists(study / "index.db")) facts = store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
+    size_t lo = SIZE_MAX, hi = 0;
+    if (fs::exists(study / "table.csv")) {
+        const Table t = read_table(study / "table.csv");
+        for (const auto& r : t.rows) {
+            const auto n = size_t(r[t.column("n")].get<int64_t>());
+            lo = std::min(lo, n), hi = std::max(hi, n);
+        }
+    }
+    return machine_of(out_dir, facts.count("board") ? facts["board"] : board) + "; --level " +
+           (facts.count("level") ? facts["level"] : std::string("op")) + " (matmul-dims)" +
+           (hi > 0 ? "; n = " + rounds_text(lo, hi) + " per point" : "");
+}
+}  // namespace
 
 FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     const fs::path study = results_dir / "matmul-dims";
@@ -46,7 +68,9 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     OutputFile::write(out_dir / "matmul-heldout.csv", matmul_heldout.to_csv());
     OutputFile::write(out_dir / "decode-heldout.csv", decode_heldout.to_csv());
     res.written = {out_dir / "matmul-heldout.csv", out_dir / "decode-heldout.csv"};
-    for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout)) res.written.push_back(f);
+    for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout,
+                                      heldout_caption(study, out_dir, results_dir.filename().string())))
+        res.written.push_back(f);
     res.models = out;
     res.summary_md = c.md.str();
     return res;

@@ -68,6 +68,8 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups);  // out["decode"]; 
 void fit_context(FitContext& c);                               // out["attention"] (across-tokens)
 void fit_moe(FitContext& c);                                   // out["moe"] (moe-experts, paper Fig. 13)
 // Predicted against measured for the held-out MatMuls and models: the figures it wrote.
-std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode);
+// CAPTION: the machine, level and rounds of the sweep (each figure adds its models).
+std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode,
+                                   const std::string& caption);
 
 }  // namespace profinfer::fit

@@ -8,7 +8,18 @@
 
 namespace profinfer::fit {
 
-std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode) {
+namespace {
+std::string threads_text(int64_t n) { return std::to_string(n) + (n == 1 ? " thread" : " threads"); }
+
+std::string list_of(const std::set<std::string>& names) {
+    std::string o;
+    for (const auto& n : names) o += (o.empty() ? "" : ", ") + n;
+    return o;
+}
+}  // namespace
+
+std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode,
+                                   const std::string& caption) {
     std::vector<fs::path> written;
     // Predicted against measured, held-out MatMuls: one figure per thread count.
     Plotter plot(out_dir);
@@ -16,16 +27,22 @@ std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul,
     for (const auto& r : matmul.rows) thread_counts.insert(r[2].get<int64_t>());
     for (int64_t th : thread_counts) {
         std::map<std::string, std::vector<std::pair<double, double>>> s;
+        std::set<std::string> models;
         double lo = INFINITY, hi = 0;
         for (const auto& r : matmul.rows) {
             if (r[2].get<int64_t>() != th) continue;
+            models.insert(r[4].get<std::string>());
             const double meas = r[9].get<double>();
             lo = std::min(lo, meas), hi = std::max(hi, meas);
             s["linear, " + r[3].get<std::string>()].push_back({meas, r[10].get<double>()});
             if (r[11].is_number()) s["roofline, " + r[3].get<std::string>()].push_back({meas, r[11].get<double>()});
         }
         auto f = plot.draw("matmul-heldout-t" + std::to_string(th),
-                           "Held-out weight MatMuls, predicted vs measured (" + std::to_string(th) + " threads)", [&](Gnuplot& gp) {
+                           "Held-out weight MatMuls, predicted vs measured (" + threads_text(th) + ")", [&](Gnuplot& gp) {
+                               Plotter::caption(gp, caption + "; held out: " + list_of(models) +
+                                                        "; measured: each shape's median per call over the rounds; "
+                                                        "predicted: the lines fitted on the other models (linear), "
+                                                        "the machine's measured roofs (roofline)");
                                gp << "set logscale xy\nset xlabel 'measured (us)'\nset ylabel 'predicted (us)'\nset format x '1e%L'\n"
                                      "set format y '1e%L'\n";
                                std::string cmd = "plot ";
@@ -44,14 +61,26 @@ std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul,
         auto f = plot.draw("decode-heldout", "Decode speed, measured vs predicted for held-out models", [&](Gnuplot& gp) {
             gp << "set xlabel 'measured (tokens/s)'\nset ylabel 'predicted (tokens/s)'\nset logscale xy\n";
             std::map<std::string, std::vector<std::tuple<double, double, std::string>>> s;
+            std::set<std::string> models;
+            size_t not_drawn = 0;  // a prediction at or below 0 tokens/s has no place on a log axis
             double lo = INFINITY, hi = 0;
             for (const auto& r : decode.rows) {
                 const double meas = r[4].get<double>();
                 lo = std::min(lo, meas), hi = std::max(hi, meas);
-                const std::string group = r[1].get<std::string>() + ", " + std::to_string(r[2].get<int64_t>()) + " threads";
+                models.insert(r[3].get<std::string>());
+                not_drawn += !(r[5].get<double>() > 0) + !(r[7].get<double>() > 0);
+                const std::string group = r[1].get<std::string>() + ", " + threads_text(r[2].get<int64_t>());
                 s["sum of operators, " + group].push_back({meas, r[5].get<double>(), r[3].get<std::string>()});
                 s["direct, " + group].push_back({meas, r[7].get<double>(), ""});
             }
+            Plotter::caption(gp, caption + "; held out: " + list_of(models) +
+                                     "; measured: median decode speed over the rounds; predicted: the sum of the "
+                                     "operators' fitted times (sum) or a line in the weight bytes (direct), fitted on the "
+                                     "other models" +
+                                     (not_drawn ? "; not drawn: " + std::to_string(not_drawn) + " of " +
+                                                      std::to_string(2 * decode.rows.size()) +
+                                                      " predictions at or below 0 tokens/s (decode-heldout.csv)"
+                                                : ""));
             std::string cmd = "plot ";
             int i = 0;
             for (const auto& [name, pts] : s)  // the model names beside the sum-of-operators points

@@ -262,6 +262,13 @@ std::vector<std::filesystem::path> summarise_matmul_backends(const ExperimentSpe
 // when not finite), and a median with its interval ("42.1 [40.3, 43.0]"; the median alone
 // without one).
 std::string format_number(double v);
+// "1 round", "2 rounds", a range "1–2 rounds": as every caption, table and verdict says it.
+std::string rounds_text(size_t lo, size_t hi);
+std::string rounds_text(size_t n);
+// The machine results are for, for captions: the CPU of results/<board>/machine.json beside
+// OUT_DIR (a study's or the models' folder) and the board ("AMD EPYC (host)"); the board alone
+// without one.
+std::string machine_of(const std::filesystem::path& out_dir, const std::string& board);
 // A table cell: the number, or null when it is not finite (no interval, no measure).
 nlohmann::json number_or_null(double v);
 std::string format_with_interval(double median, double lo, double hi);
