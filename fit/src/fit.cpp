@@ -14,11 +14,17 @@ namespace profinfer {
 using namespace fit;
 
 namespace {
+// The facts of the sweep the lines are fitted on (matmul-dims/index.db: board, level, rounds);
+// none without an index.
+std::map<std::string, std::string> study_facts(const fs::path& study) {
+    if (!fs::exists(study / "index.db")) return {};
+    return store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
+}
+
 // What every held-out figure's caption starts with: the machine, the level and the rounds of
-// the sweep the lines were fitted on (matmul-dims).
-std::string heldout_caption(const fs::path& study, const fs::path& out_dir, const std::string& board) {
-    std::map<std::string, std::string> facts;
-    if (fs::exists(study / "index.db")) facts = store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
+// that sweep.
+std::string heldout_caption(const fs::path& study, const fs::path& out_dir, const std::string& board,
+                            const std::map<std::string, std::string>& facts) {
     size_t lo = SIZE_MAX, hi = 0;
     if (fs::exists(study / "table.csv")) {
         const Table t = read_table(study / "table.csv");
@@ -27,9 +33,9 @@ std::string heldout_caption(const fs::path& study, const fs::path& out_dir, cons
             lo = std::min(lo, n), hi = std::max(hi, n);
         }
     }
-    return machine_of(out_dir, facts.count("board") ? facts["board"] : board) + "; --level " +
-           (facts.count("level") ? facts["level"] : std::string("op")) + " (matmul-dims)" +
-           (hi > 0 ? "; n = " + rounds_text(lo, hi) + " per point" : "");
+    const auto level = facts.find("level");
+    return machine_of(out_dir, board) + "; --level " + (level == facts.end() ? std::string("op") : level->second) +
+           " (matmul-dims)" + (hi > 0 ? "; n = " + rounds_text(lo, hi) + " per point" : "");
 }
 }  // namespace
 
@@ -50,7 +56,10 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
         std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         out["created_utc"] = b;
     }
-    out["board"] = results_dir.filename().string();
+    // The board the sweep ran on (results/<board>/quick/ is not a board named "quick").
+    const auto facts = study_facts(study);
+    const std::string board = facts.count("board") ? facts.at("board") : results_dir.filename().string();
+    out["board"] = board;
     out["llama_cpp_commit"] = llama_commit(study / "index.db");
     out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/points.csv (decode speed)";
     out["units"] = {{"time", "microseconds per call (matmul), milliseconds per token (decode)"},
@@ -69,7 +78,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     OutputFile::write(out_dir / "decode-heldout.csv", decode_heldout.to_csv());
     res.written = {out_dir / "matmul-heldout.csv", out_dir / "decode-heldout.csv"};
     for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout,
-                                      heldout_caption(study, out_dir, results_dir.filename().string())))
+                                      heldout_caption(study, out_dir, board, facts)))
         res.written.push_back(f);
     res.models = out;
     res.summary_md = c.md.str();
