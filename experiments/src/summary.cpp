@@ -997,9 +997,9 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
                 }
                 if (!roof.empty()) gp.send1d(roof);
             } else if (panels) {
-                // The caption under the last row (drawn with the first panel, at screen
-                // coordinates); x is the panel's categories, named in its title.
-                // The caption in lines that fit the width, 16 pixels apart.
+                // The caption under the last row, in lines that fit the width 16 pixels apart
+                // (drawn with the first panel, at screen coordinates); x is the panel's
+                // categories, named in its title.
                 const auto lines = Plotter::caption_lines(caption, 150);
                 const double line = 16.0 / height, bottom = (105.0 + 16.0 * double(lines.size() - 1)) / height;
                 gp << "unset title\nunset xlabel\nset multiplot layout " << rows << "," << cols << " title "
