@@ -21,10 +21,11 @@ packages=(
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi
 if [[ "${1:-}" == "--with-openblas" ]]; then packages+=(libopenblas-dev); fi
 # make cross-arm64: the aarch64 cross compiler, the arm64 -dev packages (multiarch) and
-# qemu-user for running the arm64 builds here.
+# qemu-user for running the arm64 builds here — on top of the base list, whose programs
+# (bpftool, protoc) and header-only libraries (CLI11, nlohmann-json, Eigen) the cross build uses.
 if [[ "${1:-}" == "--cross-arm64" ]]; then
   dpkg --print-foreign-architectures | grep -qx arm64 || { [[ $(id -u) -eq 0 ]] && dpkg --add-architecture arm64; }
-  packages=(crossbuild-essential-arm64 qemu-user-static clang llvm bpftool
+  packages+=(crossbuild-essential-arm64 qemu-user-static clang llvm bpftool
             libbpf-dev:arm64 libelf-dev:arm64 libdw-dev:arm64 zlib1g-dev:arm64 libsqlite3-dev:arm64 libpfm4-dev:arm64
             libboost-iostreams-dev:arm64 libboost-system-dev:arm64 libboost-filesystem-dev:arm64
             libgtest-dev:arm64 libgmock-dev:arm64 libtomlplusplus-dev:arm64 libbenchmark-dev:arm64
