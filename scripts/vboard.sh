@@ -131,11 +131,13 @@ cmd_start() {
   echo "$kernel" > "$run/kernel"
   local started=$SECONDS
   # restrict=on: the guest reaches nothing outside; only the forwarded port reaches it.
+  # romfile=: no network boot ROM (the kernel is given directly; Debian ships the ROMs in
+  # ipxe-qemu, a recommendation of qemu-system-arm that install-deps does not install).
   qemu-system-aarch64 -M virt -cpu cortex-a76 -smp "$SMP" -m "$MEM" \
     -kernel "$DIR/vmlinuz-$kernel" -initrd "$DIR/initrd-$kernel" \
     -append "root=/dev/vda rw console=ttyAMA0 net.ifnames=0" \
     -drive "file=$run/overlay.qcow2,if=virtio,format=qcow2" \
-    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0 \
+    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0,romfile= \
     -virtfs "local,path=$REPO,mount_tag=repo,security_model=none,id=repo" \
     -virtfs "local,path=$CACHE,mount_tag=cache,security_model=none,id=cache" \
     -display none -serial "file:$run/console.log" -monitor none \
