@@ -41,9 +41,19 @@ fi
 # The Vulkan backend's device here: Mesa's lavapipe (Vulkan on the CPU) and the loader.
 if [[ "${1:-}" == "--with-vulkan" ]]; then packages+=(mesa-vulkan-drivers libvulkan1); fi
 
+# Installed for the architecture it is wanted for: the build machine's, or the one named
+# (libbpf-dev:arm64). dpkg-query answers an unqualified name with another architecture's
+# package when only that one is there, so a cross build's arm64 -dev packages hid the
+# build machine's missing ones.
+native=$(dpkg --print-architecture)
+installed() {
+  local name=${1%%:*} arch=$native
+  [[ $1 == *:* ]] && arch=${1#*:}
+  dpkg-query -W -f='${Status} ${Architecture}\n' "$name" 2>/dev/null | grep -Eq "^install ok installed ($arch|all)\$"
+}
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then exit 0; fi
 
