@@ -113,7 +113,10 @@ test-vboard: cross-arm64 build
 # board's committed results are its quick sweep (2 interleaved rounds: the full sweep's ~800
 # runs would take days at emulated speed, and no timing there is a board's): results/virt-a76/
 # of this checkout (shared in at the same path). QUICK=0 runs the full sweeps instead.
+# The overhead-where study's ONNX model (its ONNX Runtime peer) is made here, into the shared
+# cache: the board has no apt for python3-onnx's first install, and numpy is slow emulated.
 reproduce-vboard: cross-arm64
+	@scripts/ort.sh model models/cards/llama3.2-1b.toml >/dev/null
 	@scripts/vboard.sh start reproduce 6.1 >/dev/null
 	@scripts/vboard.sh ssh reproduce "cd $(CURDIR) && make --no-print-directory -f Makefile.reproduce BOARD=virt-a76 BUILD=build-arm64 QUICK=$(or $(QUICK),1) RESULTS=results/virt-a76 COMMIT=$$(git rev-parse --short HEAD)" \
 	  && rc=0 || rc=$$?; scripts/vboard.sh stop reproduce; exit $$rc

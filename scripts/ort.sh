@@ -28,7 +28,8 @@ case ${1:-} in
     name=$(basename "$card" .toml)${layers:+-${layers}l}
     out=$CACHE/models/$name-ort-q4.onnx
     if [[ ! -f $out ]]; then
-      "$HERE/install-deps.sh"
+      # Only what the script imports: a virtual board has them in its image but no apt.
+      /usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null || "$HERE/install-deps.sh"
       mkdir -p "$(dirname "$out")"
       /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} -o "$out.tmp" \
         && mv "$out.tmp" "$out" || die "building $out failed"
