@@ -34,9 +34,10 @@ def complete(url, body, timeout):
 
 
 def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24), seed=1, think_ms=0,
-             timeout=600, cache_prompt=False, out=None, duration_s=0):
+             timeout=600, cache_prompt=False, out=None, duration_s=0, extra=None):
     """Runs the load; returns one row per request (the JSON lines written to OUT, if given).
-    DURATION_S > 0: no request is sent after that many seconds (those left are not sent)."""
+    DURATION_S > 0: no request is sent after that many seconds (those left are not sent).
+    EXTRA: more fields of every request's body."""
     t_end = time.monotonic() + duration_s if duration_s > 0 else None
     rng = random.Random(seed)
     jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*prompt_words)), "n_predict": rng.randint(*predict)}
@@ -51,13 +52,18 @@ def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24),
                     return
                 job = jobs.pop(0)
             body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": cache_prompt,
-                    "temperature": 0, "seed": seed, "ignore_eos": True}
+                    "temperature": 0, "seed": seed, "ignore_eos": True, **(extra or {})}
             t0 = time.monotonic_ns()
             try:
                 r = complete(url, body, timeout)
                 err = None
             except (urllib.error.URLError, OSError, ValueError) as e:
                 r, err = {}, str(e)
+                if isinstance(e, urllib.error.HTTPError):  # the server's own words
+                    try:
+                        err += ": " + json.load(e)["error"]["message"]
+                    except (OSError, ValueError, KeyError, TypeError):
+                        pass
             t1 = time.monotonic_ns()
             row = {"request": job["id"], "client": c, "sent_ns": t0, "received_ns": t1,
                    "n_predict": job["n_predict"], "timings": r.get("timings"), "content": r.get("content"),

@@ -94,3 +94,19 @@ TEST(Peers, OnnxRuntimeProfilerRecordsOperatorsOnOneThread) {
     ASSERT_EQ(plain.status, 0) << plain.err;
     EXPECT_FALSE(last_json_line(plain.out).contains("profiled_threads"));
 }
+
+// The serving study's peer: llama-server on a synthesised model under its load. Random
+// weights pick lone bytes >= 0x80 of the synthetic vocabulary, which are no UTF-8: the
+// server failed such a request (HTTP 500, "does not match the expected Content-only
+// format") — one of 16 in every run of the study on a tiny model. The peer bans those tokens,
+// so every request is answered; a failure names the request and the server's words.
+TEST(Peers, ServePeerAnswersEveryRequestOfARandomModel) {
+    auto r = run({"python3", PROFINFER_SOURCE_DIR "/experiments/peers/serve_peer.py",
+                  llama_debug().program("llama-server").string(), tiny_model("llama3.2-1b", "q4_0").string(), "--threads",
+                  "2", "--clients", "2", "--requests", "32", "--predict", "16,32"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    auto j = last_json_line(r.out);
+    EXPECT_EQ(j["requests"], 32);
+    EXPECT_EQ(j["failed"], 0) << r.err;
+    EXPECT_GT(j["serve_tps"].get<double>(), 0);
+}
