@@ -77,7 +77,10 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
             auto ms = m.decode_ms(shapes, int(c.layers), *backend, *type, *threads);
             if (!ms)
                 throw Error(*models + " has no decode model for backend " + *backend + ", type " + *type + ", " +
-                            std::to_string(*threads) + " threads (profinfer fit covers what the matmul-dims sweep ran)");
+                            std::to_string(*threads) + " threads (profinfer fit covers what the matmul-dims sweep ran" +
+                            (m.json().value("scale", "full") == "tiny"
+                                 ? "; it ran the cards' tiny variants, which share one shape: no decode line fits them)"
+                                 : ")"));
             double context = 0;
             if (*ctx > 0) {
                 auto a = m.context_ms(*backend, *type, *threads, *fa, int(c.layers), int(c.heads), int(c.head_dim), *ctx);
@@ -140,6 +143,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
     auto compare = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
     auto reps = std::make_shared<int>(5);
+    auto scale = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("plan", "Choose CPU or Vulkan per weight MatMul from fitted models, as --override-tensor patterns");
     cmd->footer("For each weight MatMul of the card's decode step, the backend models.json predicts fastest (cpu or\n"
                 "vulkan; a backend without a model is not chosen). Prints the choice per weight and llama.cpp's\n"
@@ -148,7 +152,9 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 "all on the CPU (-ngl 0 -nopo 1) and all on Vulkan (-ngl 99), -p 32 -n 16, in --reps interleaved\n"
                 "rounds (the experiment runner: DIR/compare/, resumable), and prints decode and prefill speed (median\n"
                 "with a 95 % interval, from 5 rounds) side by side and the plan against the faster single backend;\n"
-                "-o DIR writes plan.json, plan.md and plan.csv there.");
+                "-o DIR writes plan.json, plan.md and plan.csv there.\n"
+                "The card's shapes are taken at the scale the models were fitted on (models.json's \"scale\": a quick\n"
+                "sweep fits the cards' tiny variants, and --compare then measures a tiny model) unless --scale says.");
     cmd->add_option("models", *models, "models.json from profinfer fit")->required()->check(CLI::ExistingFile);
     cmd->add_option("--card", *card, "Model card name (models/cards) or .toml file")->required();
     cmd->add_option("--type", *type, "Weight type")->capture_default_str();
@@ -157,14 +163,17 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
         ->check(CLI::ExistingFile);
     cmd->add_option("--reps", *reps, "Interleaved rounds of the three configurations")->check(CLI::Range(1, 100))->capture_default_str();
     cmd->add_option("-o,--output-dir", *out, "Write plan.json, plan.md, plan.csv here");
-    cmd->callback([&action, models, card, type, threads, compare, out, reps] {
-        action = [models, card, type, threads, compare, out, reps] {
+    cmd->add_option("--scale", *scale, "The card's shapes: full or tiny (default: the scale models.json was fitted at)")
+        ->check(CLI::IsMember({"full", "tiny"}));
+    cmd->callback([&action, models, card, type, threads, compare, out, reps, scale] {
+        action = [models, card, type, threads, compare, out, reps, scale] {
             const auto m = perf::Models::load(*models);
-            const ModelCard c = ModelCard::load(*card, ModelCard::Scale::Full);
-            nlohmann::json plan{{"card", c.name}, {"type", *type}, {"threads", *threads}, {"weights", nlohmann::json::array()}};
+            const std::string at = scale->empty() ? m.json().value("scale", "full") : *scale;
+            const ModelCard c = ModelCard::load(*card, at == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full);
+            nlohmann::json plan{{"card", c.name}, {"scale", at}, {"type", *type}, {"threads", *threads}, {"weights", nlohmann::json::array()}};
             std::vector<std::string> on_vulkan;
             std::ostringstream md;
-            md << "# Plan for " << c.name << " (" << *type << ", " << *threads << " threads) from " << *models << "\n\n"
+            md << "# Plan for " << c.name << " (" << (at == "tiny" ? "its tiny variant's shapes, " : "") << *type << ", " << *threads << " threads) from " << *models << "\n\n"
                << "| weight MatMul | m × k | per token | CPU µs | Vulkan µs | choice |\n|---|---|---|---|---|---|\n";
             for (const auto& s : card_matmuls(c)) {
                 const auto cpu = m.matmul_us("cpu", *type, *threads, s.m, 1, s.k);
@@ -278,6 +287,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
                 if (out->empty()) std::filesystem::remove_all(dir);
             }
             if (!out->empty()) {
+                std::filesystem::create_directories(*out);
                 OutputFile::write(std::filesystem::path(*out) / "plan.json", plan.dump(1) + "\n");
                 OutputFile::write(std::filesystem::path(*out) / "plan.md", md.str());
             }

@@ -7,6 +7,7 @@
 
 #include "model_card.h"
 #include "profinfer/error.h"
+#include "profinfer/experiment.h"
 #include "profinfer/regression.h"
 
 namespace profinfer::fit {
@@ -20,6 +21,7 @@ void fit_context(FitContext& c) {
     out["attention"] = nlohmann::json::array();
     if (fs::exists(results_dir / "across-tokens" / "points.csv")) {
         const Table at = read_table(results_dir / "across-tokens" / "points.csv");
+        const ModelCard::Scale scale = study_scale(results_dir / "across-tokens");
         std::map<std::tuple<std::string, std::string, std::string, int, std::string>, std::vector<std::pair<double, double>>> by;
         for (const auto& r : at.rows)
             if (r[at.column("decode_tps")].is_number())
@@ -29,13 +31,13 @@ void fit_context(FitContext& c) {
         md << "\n### Context (across-tokens study)\n\n"
            << "Decode ms per token = a + b·ctx per flash-attention setting; b per layer and query-head dimension "
               "(layers × heads × head_dim) is what `predict --ctx` adds for another card. One model: not checked across models.\n\n"
-           << "| model | fa | ctx points | ms/token at 0 | ms per 1k ctx | R² | µs per ctx per 1k head-dims·layers |\n|---|---|---|---|---|---|---|\n";
+           << "| model | fa | ctx points | ms/token at 0 | ms per 1k ctx [95 % interval] | R² | µs per ctx per 1k head-dims·layers |\n|---|---|---|---|---|---|---|\n";
         for (const auto& [key, xy] : by) {
             const auto& [model, backend, type, threads, fa] = key;
             if (xy.size() < 3) continue;
             ModelCard card;
             try {
-                card = ModelCard::load(model, ModelCard::Scale::Full);
+                card = ModelCard::load(model, scale);
             } catch (const Error&) {
                 continue;
             }
@@ -50,7 +52,7 @@ void fit_context(FitContext& c) {
                                         {"ms_per_ctx_per_head_dim_layer", f.coef[1] / dims},
                                         {"ms_per_ctx_ci95", {f.ci_lo[1], f.ci_hi[1]}}, {"r2", f.r2}, {"model", model},
                                         {"valid", {{"ctx", {lo, hi}}}}});
-            md << "| " << model << " | " << fa << " | " << xy.size() << " | " << format_double(f.coef[0]) << " | " << format_double(f.coef[1] * 1e3)
+            md << "| " << model << " | " << fa << " | " << xy.size() << " | " << format_double(f.coef[0]) << " | " << format_with_interval(f.coef[1] * 1e3, f.ci_lo[1] * 1e3, f.ci_hi[1] * 1e3)
                << " | " << format_double(f.r2, "%.3f") << " | " << format_double(f.coef[1] / dims * 1e6, "%.4g") << " |\n";
         }
     }

@@ -14,13 +14,6 @@ namespace profinfer {
 using namespace fit;
 
 namespace {
-// The facts of the sweep the lines are fitted on (matmul-dims/index.db: board, level, rounds);
-// none without an index.
-std::map<std::string, std::string> study_facts(const fs::path& study) {
-    if (!fs::exists(study / "index.db")) return {};
-    return store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
-}
-
 // What every held-out figure's caption starts with: the machine, the level and the rounds of
 // that sweep.
 std::string heldout_caption(const fs::path& study, const fs::path& out_dir, const std::string& board,
@@ -60,6 +53,8 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     const auto facts = study_facts(study);
     const std::string board = facts.count("board") ? facts.at("board") : results_dir.filename().string();
     out["board"] = board;
+    // The models the lines were fitted on: at tiny scale their shapes are not the real models'.
+    out["scale"] = study_scale(study) == ModelCard::Scale::Tiny ? "tiny" : "full";
     out["llama_cpp_commit"] = llama_commit(study / "index.db");
     out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/points.csv (decode speed)";
     out["units"] = {{"time", "microseconds per call (matmul), milliseconds per token (decode)"},

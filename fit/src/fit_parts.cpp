@@ -62,6 +62,17 @@ nlohmann::json err_json(const ErrStats& e) {
 }
 
 // The llama.cpp commit the sweep ran, from llama-bench's own output in the index.
+std::map<std::string, std::string> study_facts(const fs::path& study) {
+    if (!fs::exists(study / "index.db")) return {};
+    return store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
+}
+
+ModelCard::Scale study_scale(const fs::path& study) {
+    const auto facts = study_facts(study);
+    const auto s = facts.find("scale");
+    return s != facts.end() && s->second == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full;
+}
+
 std::string llama_commit(const fs::path& index) {
     if (!fs::exists(index)) return "unknown";
     try {

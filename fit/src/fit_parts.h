@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_card.h"
 #include "profinfer/machine_bench.h"
 #include "profinfer/number_text.h"
 #include "profinfer/perf_models.h"
@@ -53,6 +54,11 @@ nlohmann::json err_json(const ErrStats& e);
 
 // The llama.cpp commit the sweep ran, from llama-bench's own output in the study's index.
 std::string llama_commit(const fs::path& index);
+// The facts of a study's sweep (its index.db: board, level, rounds, scale); none without one.
+std::map<std::string, std::string> study_facts(const fs::path& study);
+// The scale the study's models were synthesised at (its index's "scale"; full when it does
+// not say): a card loaded at it has the shapes the points ran, not the real model's.
+ModelCard::Scale study_scale(const fs::path& study);
 
 struct FitContext {
     fs::path results_dir, out_dir;

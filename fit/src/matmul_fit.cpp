@@ -22,7 +22,12 @@ Table fit_matmul(FitContext& c, const MatMulGroups& groups) {
     md << "### Weight-MatMul time (leave-one-model-out)\n\n"
        << "Each model's shapes predicted by a fit on the other models' (linear: time = a + b·M·N·K·H, for relative "
           "error) and by the roofline on this machine's measured roofs (max(2·MNKH / peak, bytes / triad bandwidth)). "
-          "`use` is the one models.json applies.\n\n"
+          "`use` is the one models.json applies."
+       << (study_scale(study) == ModelCard::Scale::Tiny
+               ? " The sweep ran the cards' tiny variants, which share their shapes: a held-out model's shapes are ones "
+                 "the fit has seen, so this checks repeatability, not a prediction for another model."
+               : "")
+       << "\n\n"
        << "| backend | type | threads | batch | models | shapes | linear within ±10 % | linear median error % | roofline within ±10 % | roofline median error % | use |\n"
        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     Table heldout{{"backend", "type", "threads", "batch", "model", "m", "n", "k", "h", "measured_us", "linear_us", "roofline_us"}, {}};

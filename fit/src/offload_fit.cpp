@@ -19,6 +19,7 @@ void fit_offload(FitContext& c) {
     auto& md = c.md;
     const fs::path& results_dir = c.results_dir;
     const fs::path f = results_dir / "vulkan-offload" / "points.csv";
+    const ModelCard::Scale scale = study_scale(results_dir / "vulkan-offload");
     if (!fs::exists(f)) return;
     const Table t = read_table(f);
     static const std::map<std::string, std::string> kShapeOf = {{"attn_q", "Qcur"},      {"attn_k", "Kcur"},
@@ -53,7 +54,7 @@ void fit_offload(FitContext& c) {
     for (const auto& [key, run] : runs) {
         const auto& [model, type, threads] = key;
         if (run.first <= 0 || run.second.empty()) continue;
-        const auto shapes = card_matmuls(ModelCard::load(model, ModelCard::Scale::Full));
+        const auto shapes = card_matmuls(ModelCard::load(model, scale));
         std::vector<double> mnkh, us;
         std::vector<std::string> names;
         for (const auto& r : run.second) {
