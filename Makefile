@@ -116,7 +116,7 @@ test-vboard: cross-arm64 build
 # The overhead-where study's ONNX model (its ONNX Runtime peer) is made here, into the shared
 # cache: the board has no apt for python3-onnx's first install, and numpy is slow emulated.
 reproduce-vboard: cross-arm64
-	@scripts/ort.sh model models/cards/llama3.2-1b.toml >/dev/null
+	@scripts/ort.sh model models/cards/llama3.2-1b.toml tiny >/dev/null
 	@scripts/vboard.sh start reproduce 6.1 >/dev/null
 	@scripts/vboard.sh ssh reproduce "cd $(CURDIR) && make --no-print-directory -f Makefile.reproduce BOARD=virt-a76 BUILD=build-arm64 QUICK=$(or $(QUICK),1) RESULTS=results/virt-a76 COMMIT=$$(git rev-parse --short HEAD)" \
 	  && rc=0 || rc=$$?; scripts/vboard.sh stop reproduce; exit $$rc

@@ -3,9 +3,10 @@
 #
 #   scripts/ort.sh node-path            unpack onnxruntime-node (CPU libraries in its npm
 #                                       tarball) into the cache; print the NODE_PATH to use
-#   scripts/ort.sh model CARD [LAYERS]  build the card's LLaMA-shaped 4-bit ONNX model into
-#                                       the cache if missing (experiments/peers/ort_model.py);
-#                                       print its path
+#   scripts/ort.sh model CARD [LAYERS|tiny]  build the card's LLaMA-shaped 4-bit ONNX model
+#                                       into the cache if missing (experiments/peers/ort_model.py),
+#                                       with fewer layers or as the card's tiny variant (the
+#                                       scale a board's studies run at); print its path
 set -euo pipefail
 ORT_VERSION=1.30.0
 source "$(dirname "${BASH_SOURCE[0]}")/cache.sh"
@@ -24,16 +25,17 @@ case ${1:-} in
     npm_unpack "onnxruntime-common@$ORT_VERSION" "$ROOT/node_modules/onnxruntime-common"
     echo "$ROOT/node_modules";;
   model)
-    card=${2:?usage: scripts/ort.sh model CARD [LAYERS]}; layers=${3:-}
-    name=$(basename "$card" .toml)${layers:+-${layers}l}
+    card=${2:?usage: scripts/ort.sh model CARD [LAYERS|tiny]}; layers=${3:-}; tiny=
+    if [[ $layers == tiny ]]; then layers=; tiny=--tiny; fi
+    name=$(basename "$card" .toml)${layers:+-${layers}l}${tiny:+-tiny}
     out=$CACHE/models/$name-ort-q4.onnx
     if [[ ! -f $out ]]; then
       # Only what the script imports: a virtual board has them in its image but no apt.
       /usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null || "$HERE/install-deps.sh"
       mkdir -p "$(dirname "$out")"
-      /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} -o "$out.tmp" \
+      /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} $tiny -o "$out.tmp" \
         && mv "$out.tmp" "$out" || die "building $out failed"
     fi
     echo "$out";;
-  *) die "usage: scripts/ort.sh node-path | model CARD [LAYERS]";;
+  *) die "usage: scripts/ort.sh node-path | model CARD [LAYERS|tiny]";;
 esac

@@ -125,8 +125,11 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         if (tracer != "none" && tracer != "ort-profile")
             throw Error("program ort runs under tracer none or ort-profile, not " + tracer);
         const std::string scripts = std::string(PROFINFER_SOURCE_DIR) + "/scripts/ort.sh";
-        const std::string onnx =
-            last_output_line({scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"});
+        // At the scale of the study's GGUF models: the card's tiny variant on a board whose
+        // profile runs tiny ones (a 1B model under an emulator takes 10 minutes a run).
+        std::vector<std::string> make = {scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"};
+        if (spec.scale == "tiny") make.push_back("tiny");
+        const std::string onnx = last_output_line(make);
         w.env.push_back({"NODE_PATH", last_output_line({scripts, "node-path"})});
         w.program = {"node", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/ort_peer.js", onnx, "--threads",
                      p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
