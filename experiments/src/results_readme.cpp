@@ -144,8 +144,9 @@ fs::path write_results_readme(const fs::path& dir) {
                        "/) (" + day + ")";
         }
         if (!outside.empty())
-            md << "Recorded on this board outside that run, by `profinfer experiment run` on its spec alone (how long each took: its own "
-                  "README): " << outside << ".\n\n";
+            md << "Recorded on this board in part or in whole outside that run — by an earlier `make reproduce` that it resumed "
+                  "(done points are not recorded again), or by `profinfer experiment run` on the study's spec alone (first "
+                  "run's day; how long each took: its own README): " << outside << ".\n\n";
     }
     md << "Every study records each point of its sweep once per round, in interleaved rounds (each round visits "
           "every point, in an order of its own), and gives per point the median over the rounds with a 95 % "
