@@ -26,6 +26,13 @@ def prompt_of(rng, words):
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
+# profinfer's synthetic vocabulary (models/src/synth.cpp: <unk>, <s>, </s>, then the 256 byte
+# tokens) lets random weights pick a lone byte >= 0x80, which is no UTF-8: llama-server then
+# fails the request (HTTP 500, "output that does not match the expected Content-only format").
+# This request field never samples those 128 tokens; the work per token is unchanged.
+SYNTHETIC_VOCAB = {"logit_bias": [[3 + b, False] for b in range(0x80, 0x100)]}
+
+
 def complete(url, body, timeout):
     req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -101,12 +108,14 @@ def main():
                     help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
     ap.add_argument("--duration", type=float, default=0,
                     help="send no request after this many seconds (with a large --requests: a load of fixed length)")
+    ap.add_argument("--synthetic-vocab", action="store_true",
+                    help="the model is one profinfer synthesised: never sample its lone bytes (no UTF-8)")
     ap.add_argument("-o", "--output", default="-")
     a = ap.parse_args()
     out = sys.stdout if a.output == "-" else open(a.output, "w")
     rows = run_load(a.url, a.clients, a.requests, [int(x) for x in a.prompt_words.split(",")],
                     [int(x) for x in a.predict.split(",")], a.seed, a.think_ms, a.timeout, a.cache_prompt, out,
-                    a.duration)
+                    a.duration, SYNTHETIC_VOCAB if a.synthetic_vocab else None)
     failed = [r for r in rows if r["error"]]
     if failed:
         print(f"server_load: {len(failed)} of {a.requests} requests failed", file=sys.stderr)

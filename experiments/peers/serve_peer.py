@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from server_load import run_load  # noqa: E402
+from server_load import SYNTHETIC_VOCAB, run_load  # noqa: E402
 
 
 def free_port():
@@ -69,15 +69,10 @@ def main():
     server = subprocess.Popen([a.server, "-m", a.model, "--parallel", str(a.clients), "-c", str(a.ctx),
                                "-t", str(a.threads), "--host", "127.0.0.1", "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # The synthetic vocabulary (models/src/synth.cpp: <unk>, <s>, </s>, then the 256 byte
-    # tokens) lets random weights pick a lone byte >= 0x80, which is no UTF-8; the server then
-    # fails the request ("output that does not match the expected Content-only format"). Those
-    # 128 tokens are never sampled; the work per token is unchanged.
-    no_lone_bytes = {"logit_bias": [[3 + b, False] for b in range(0x80, 0x100)]}
     try:
         wait_healthy(url, server, 300)
         rows = run_load(url, a.clients, a.requests, [int(x) for x in a.prompt_words.split(",")],
-                        [int(x) for x in a.predict.split(",")], a.seed, extra=no_lone_bytes)
+                        [int(x) for x in a.predict.split(",")], a.seed, extra=SYNTHETIC_VOCAB)  # the models are synthesised
     finally:
         server.send_signal(signal.SIGTERM)
         try:
