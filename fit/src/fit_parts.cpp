@@ -61,7 +61,6 @@ nlohmann::json err_json(const ErrStats& e) {
             {"p90_abs_err_pct", e.p90_abs_pct}};
 }
 
-// The llama.cpp commit the sweep ran, from llama-bench's own output in the index.
 std::map<std::string, std::string> study_facts(const fs::path& study) {
     if (!fs::exists(study / "index.db")) return {};
     return store::ExperimentIndex(study / "index.db", store::ExperimentIndex::Mode::Read).facts();
@@ -73,6 +72,7 @@ ModelCard::Scale study_scale(const fs::path& study) {
     return s != facts.end() && s->second == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full;
 }
 
+// The llama.cpp commit the sweep ran, from llama-bench's own output in the index.
 std::string llama_commit(const fs::path& index) {
     if (!fs::exists(index)) return "unknown";
     try {
