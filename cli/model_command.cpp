@@ -85,7 +85,7 @@ void add_model(CLI::App& app, std::function<int()>& action) {
     });
     synth->callback([&action, card, type, scale, out, seed, routing] {
         action = [card, type, scale, out, seed, routing] {
-            auto c = ModelCard::load(*card, *scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full);
+            auto c = ModelCard::load(*card, ModelCard::parse_scale(*scale));
             SynthOptions o;
             o.type = gguf::parse_type(*type);
             o.seed = *seed;

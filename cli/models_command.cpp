@@ -169,7 +169,7 @@ void add_plan(CLI::App& app, std::function<int()>& action) {
         action = [models, card, type, threads, compare, out, reps, scale] {
             const auto m = perf::Models::load(*models);
             const std::string at = scale->empty() ? m.json().value("scale", "full") : *scale;
-            const ModelCard c = ModelCard::load(*card, at == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full);
+            const ModelCard c = ModelCard::load(*card, ModelCard::parse_scale(at));
             nlohmann::json plan{{"card", c.name}, {"scale", at}, {"type", *type}, {"threads", *threads}, {"weights", nlohmann::json::array()}};
             std::vector<std::string> on_vulkan;
             std::ostringstream md;

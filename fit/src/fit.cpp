@@ -54,7 +54,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     const std::string board = facts.count("board") ? facts.at("board") : results_dir.filename().string();
     out["board"] = board;
     // The models the lines were fitted on: at tiny scale their shapes are not the real models'.
-    out["scale"] = study_scale(study) == ModelCard::Scale::Tiny ? "tiny" : "full";
+    out["scale"] = ModelCard::scale_name(study_scale(study));
     out["llama_cpp_commit"] = llama_commit(study / "index.db");
     out["source"] = "matmul-dims/matmuls.csv (median time per weight-MatMul shape), matmul-dims/points.csv (decode speed)";
     out["units"] = {{"time", "microseconds per call (matmul), milliseconds per token (decode)"},

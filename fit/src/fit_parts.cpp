@@ -69,7 +69,7 @@ std::map<std::string, std::string> study_facts(const fs::path& study) {
 ModelCard::Scale study_scale(const fs::path& study) {
     const auto facts = study_facts(study);
     const auto s = facts.find("scale");
-    return s != facts.end() && s->second == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full;
+    return s != facts.end() ? ModelCard::parse_scale(s->second) : ModelCard::Scale::Full;
 }
 
 // The llama.cpp commit the sweep ran, from llama-bench's own output in the index.

@@ -9,7 +9,7 @@ namespace profinfer {
 
 std::filesystem::path cached_model_path(const std::string& card, const std::string& type, const std::string& scale,
                                         const std::string& moe_routing) {
-    const bool moe = ModelCard::load(card, scale == "tiny" ? ModelCard::Scale::Tiny : ModelCard::Scale::Full).experts > 0;
+    const bool moe = ModelCard::load(card, ModelCard::parse_scale(scale)).experts > 0;
     std::string routing = moe_routing;
     routing.erase(std::remove(routing.begin(), routing.end(), ':'), routing.end());
     return cache_dir() / "models" /

@@ -55,6 +55,14 @@ fs::path ModelCard::cards_dir() {
     return PROFINFER_CARDS_DIR;
 }
 
+ModelCard::Scale ModelCard::parse_scale(const std::string& name) {
+    if (name == "full") return Scale::Full;
+    if (name == "tiny") return Scale::Tiny;
+    throw Error("unknown model scale '" + name + "' (known: full, tiny)");
+}
+
+const char* ModelCard::scale_name(Scale scale) { return scale == Scale::Tiny ? "tiny" : "full"; }
+
 ModelCard ModelCard::load(const std::string& name_or_file, Scale scale) {
     fs::path file = name_or_file;
     if (!fs::exists(file)) {

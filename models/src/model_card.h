@@ -26,6 +26,10 @@ struct ModelCard {
     uint32_t experts = 0, experts_used = 0, expert_ffn = 0, shared_expert_ffn = 0;
 
     enum class Scale { Full, Tiny };
+    // The scale's name as models.json, the study index and the command line spell it: "full" or
+    // "tiny"; parse_scale throws on any other name.
+    static Scale parse_scale(const std::string& name);
+    static const char* scale_name(Scale scale);
     // NAME_OR_FILE: a path to a .toml card, or the name of a card in the cards directory
     // ($PROFINFER_CARDS or the source tree's models/cards).
     static ModelCard load(const std::string& name_or_file, Scale scale);

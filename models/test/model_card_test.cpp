@@ -83,3 +83,15 @@ TEST(ModelCard, BadCardsGiveAnErrorNamingTheProblem) {
     EXPECT_NE(error_of(moe).find("missing required key 'experts'"), std::string::npos);
     EXPECT_THROW(ModelCard::load("no-such-card", ModelCard::Scale::Full), Error);
 }
+
+TEST(ModelCard, ScaleNamesRoundTripAndAnUnknownOneIsRefused) {
+    for (auto s : {ModelCard::Scale::Full, ModelCard::Scale::Tiny})
+        EXPECT_EQ(ModelCard::parse_scale(ModelCard::scale_name(s)), s);
+    EXPECT_STREQ(ModelCard::scale_name(ModelCard::Scale::Tiny), "tiny");
+    try {
+        ModelCard::parse_scale("small");
+        ADD_FAILURE() << "'small' was taken for a scale";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("known: full, tiny"), std::string::npos) << e.what();
+    }
+}
