@@ -33,8 +33,10 @@ case ${1:-} in
       # Only what the script imports: a virtual board has them in its image but no apt.
       /usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null || "$HERE/install-deps.sh"
       mkdir -p "$(dirname "$out")"
-      /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} $tiny -o "$out.tmp" \
-        && mv "$out.tmp" "$out" || die "building $out failed"
+      # Its own partial file: boards sharing the cache may build the same model at once.
+      tmp=$out.tmp.$$.$RANDOM
+      /usr/bin/python3 "$HERE/../experiments/peers/ort_model.py" --card "$card" ${layers:+--layers "$layers"} $tiny -o "$tmp" \
+        && mv "$tmp" "$out" || { rm -f "$tmp"; die "building $out failed"; }
     fi
     echo "$out";;
   *) die "usage: scripts/ort.sh node-path | model CARD [LAYERS|tiny]";;

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <iostream>
 #include <optional>
+#include <random>
 
 #include "profinfer/error.h"
 #include "profinfer/output_file.h"
@@ -302,7 +303,9 @@ fs::path point_model(const SweepPoint& p, const std::string& scale, const fs::pa
     const fs::path dir = model.parent_path();
     if (!create || fs::exists(model)) return model;
     fs::create_directories(dir);
-    const fs::path tmp = model.string() + ".tmp" + std::to_string(getpid());
+    // A name no other writer takes: not even another machine sharing the cache (the virtual
+    // boards share it, and their pids run alike).
+    const fs::path tmp = model.string() + ".tmp" + std::to_string(getpid()) + "-" + std::to_string(std::random_device{}());
     std::cerr << "profinfer: synthesising " << model.filename().string() << " (" << scale << " scale, random weights)\n";
     auto r = run_process({profinfer.string(), "model", "synth", "--card", p.at("model"), "--type", p.at("type"), "--scale",
                           scale, "--moe-routing", p.at("routing"), "-o", tmp.string()});
