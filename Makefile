@@ -93,19 +93,10 @@ vboard:
 # The arm64 suite inside a virtual board on each kernel, as CI runs it (CI=true: a skipped
 # eBPF test fails). The repository and the cache are shared in at the same paths.
 VBOARD_KERNELS ?= 6.1 5.10
-# Each kernel's suite runs whatever the other's gave (a failure on one does not hide the
-# other's); the make fails if either did.
+# The suites run at the same time, a board each (scripts/vboard.sh suite): a failure on one
+# kernel does not hide the other's; the make fails if either did.
 test-vboard: cross-arm64 build
-	@failed=; for k in $(VBOARD_KERNELS); do \
-	  scripts/vboard.sh start test-$$k $$k >/dev/null || { failed="$$failed $$k(boot)"; continue; }; \
-	  start=$$(date +%s); \
-	  scripts/vboard.sh ssh test-$$k "cd $(CURDIR)/build-arm64 && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
-	    && rc=0 || rc=$$?; \
-	  echo "test-vboard: kernel $$k: suite $$(( $$(date +%s) - start )) s, exit $$rc"; \
-	  scripts/vboard.sh stop test-$$k; \
-	  [ $$rc -eq 0 ] || failed="$$failed $$k"; \
-	done; \
-	[ -z "$$failed" ] || { echo "test-vboard: failed on kernel(s):$$failed"; exit 1; }
+	@scripts/vboard.sh suite $(VBOARD_KERNELS)
 	@cd $(BUILD) && ctest --output-on-failure -j1 -L vboard
 
 # The studies inside one virtual board, as on a real board: BOARD=virt-a76 (its profile:

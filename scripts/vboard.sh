@@ -12,6 +12,10 @@
 #   scripts/vboard.sh status             the boards running
 #   scripts/vboard.sh pid NAME           the pid of board NAME's qemu (fails if it is not running)
 #   scripts/vboard.sh key                the private key the boards accept (for ssh -i, Ansible)
+#   scripts/vboard.sh suite KERNEL…      the arm64 suite (build-arm64, CI=true: a skipped eBPF
+#                                        test fails) in a board per kernel, all at once; each
+#                                        line shown with its kernel, the whole output kept in
+#                                        build-arm64/Testing/vboard-KERNEL.log; fails if any did
 # The repository and profinfer's cache are shared into every board at the same paths as
 # here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
 # Environment: PROFINFER_CACHE; VBOARD_SMP (4), VBOARD_MEM (4096, MiB).
@@ -190,8 +194,37 @@ cmd_status() {
   done
 }
 
+# One kernel's suite in its own board (test-KERNEL), started already; its output prefixed.
+suite_on() {
+  local k=$1 log=$2 started=$SECONDS rc=0
+  ssh_to "test-$k" "cd $(printf %q "$REPO/build-arm64") && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
+    2>&1 | tee "$log" | sed -u "s/^/[$k] /" || rc=$?
+  say "kernel $k: suite $((SECONDS - started)) s, exit $rc (boot $(cat "$(run_dir "test-$k")/boot_seconds") s; $log)"
+  cmd_stop "test-$k"
+  return "$rc"
+}
+
+# The boards boot one after the other (each takes its own free port), and each suite starts as
+# soon as its board is up: the suites run at the same time. One board leaves about a third of
+# this 2-vCPU host idle (its tests are mostly one or two threads); docs/boards.md has the times.
+cmd_suite() {
+  (($#)) || die "suite: which kernels? (6.1, 5.10)"
+  [[ -x $REPO/build-arm64/profinfer ]] || die "no build-arm64/profinfer: make cross-arm64 first"
+  cmd_image
+  mkdir -p "$REPO/build-arm64/Testing"
+  local k pids=() kernels=() failed=
+  for k in "$@"; do
+    if ! cmd_start "test-$k" "$k" >/dev/null; then failed+=" $k(boot)"; continue; fi
+    suite_on "$k" "$REPO/build-arm64/Testing/vboard-$k.log" &
+    pids+=($!) kernels+=("$k")
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=" ${kernels[$i]}"; done
+  [[ -z $failed ]] || die "suite failed on kernel(s):$failed"
+}
+
 case ${1:-} in
   image) cmd_image ;;
+  suite) shift; cmd_suite "$@" ;;
   start) shift; cmd_start "$@" ;;
   ssh) shift; ssh_to "$@" ;;
   stop) shift; cmd_stop "$@" ;;
