@@ -21,8 +21,11 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 spid=$!
 trap 'kill $spid 2>/dev/null || true; kill ${lpid:-} ${wpid:-} 2>/dev/null || true' EXIT
 for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+# A model profinfer synthesised (its general.name, near the file's start, says so): its lone
+# bytes are never sampled (server_load.py --synthetic-vocab), or the server fails requests.
+vocab=(); head -c 65536 "$model" | grep -aqF "(profinfer synthetic)" && vocab=(--synthetic-vocab)
 python3 "$here/experiments/server_load.py" --url "http://127.0.0.1:$port" --clients 4 --requests 1000000 \
-  --predict 8,64 --duration "$((seconds + 10))" -o "$out/load.jsonl" 2>/dev/null &
+  --predict 8,64 --duration "$((seconds + 10))" "${vocab[@]}" -o "$out/load.jsonl" 2>/dev/null &
 lpid=$!
 sleep 2
 (while :; do

@@ -45,19 +45,27 @@ def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24),
     """Runs the load; returns one row per request (the JSON lines written to OUT, if given).
     DURATION_S > 0: no request is sent after that many seconds (those left are not sent).
     EXTRA: more fields of every request's body."""
-    t_end = time.monotonic() + duration_s if duration_s > 0 else None
     rng = random.Random(seed)
-    jobs = [{"id": i, "prompt": prompt_of(rng, rng.randint(*prompt_words)), "n_predict": rng.randint(*predict)}
-            for i in range(requests)]
+
+    # Made as they are sent: a large REQUESTS with a DURATION (a load of fixed length) made a
+    # million prompts first, seconds of work, and a short duration passed before any was sent.
+    def make_jobs():
+        for i in range(requests):
+            yield {"id": i, "prompt": prompt_of(rng, rng.randint(*prompt_words)), "n_predict": rng.randint(*predict)}
+
+    jobs = make_jobs()
+    t_end = time.monotonic() + duration_s if duration_s > 0 else None
     lock = threading.Lock()
     rows = []
 
     def client(c):
         while True:
             with lock:
-                if not jobs or (t_end and time.monotonic() >= t_end):
+                if t_end and time.monotonic() >= t_end:
                     return
-                job = jobs.pop(0)
+                job = next(jobs, None)
+                if job is None:
+                    return
             body = {"prompt": job["prompt"], "n_predict": job["n_predict"], "cache_prompt": cache_prompt,
                     "temperature": 0, "seed": seed, "ignore_eos": True, **(extra or {})}
             t0 = time.monotonic_ns()
