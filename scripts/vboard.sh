@@ -165,7 +165,7 @@ ssh_to() {
   local run; run=$(run_dir "$name")
   [[ -f $run/port ]] || die "$name is not running"
   ssh -q -i "$KEY" -p "$(cat "$run/port")" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-    -o ConnectTimeout=5 -o BatchMode=yes root@127.0.0.1 "$@"
+    -o ConnectTimeout=5 -o ServerAliveInterval=30 -o ServerAliveCountMax=10 -o BatchMode=yes root@127.0.0.1 "$@"
 }
 
 cmd_stop() {
@@ -200,6 +200,9 @@ suite_on() {
   ssh_to "test-$k" "cd $(printf %q "$REPO/build-arm64") && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
     2>&1 | tee "$log" | sed -u "s/^/[$k] /" || rc=$?
   say "kernel $k: suite $((SECONDS - started)) s, exit $rc (boot $(cat "$(run_dir "test-$k")/boot_seconds") s; $log)"
+  # A guest that stopped answering (ssh gives up after 5 minutes of silence) may have crashed.
+  grep -m1 -E "Kernel panic|Internal error:" "$(run_dir "test-$k")/console.log" >/dev/null 2>&1 &&
+    say "kernel $k: the guest kernel crashed: $(run_dir "test-$k")/console.log"
   cmd_stop "test-$k"
   return "$rc"
 }
