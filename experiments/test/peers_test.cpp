@@ -4,9 +4,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -120,18 +117,12 @@ TEST(Peers, ServePeerAnswersEveryRequestOfARandomModel) {
 // first, seconds of work: with a short duration nothing was ever sent.
 TEST(Peers, ALoadOfFixedLengthSendsFromItsStart) {
     TempDir d;
-    const int port = 20000 + int((getpid() + 7919) % 20000);
-    pid_t server = spawn({llama_debug().program("llama-server"), "-m", tiny_model("llama3.2-1b"), "--parallel", "2", "-c",
-                          "2048", "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port)},
-                         d / "server.out", d / "server.err");
-    ASSERT_TRUE(wait_until([&] { return read_file(d / "server.err").find("listening on") != std::string::npos; },
-                           std::chrono::seconds(120)))
-        << read_file(d / "server.err");
-    auto r = run({"python3", PROFINFER_SOURCE_DIR "/experiments/server_load.py", "--url",
-                  "http://127.0.0.1:" + std::to_string(port), "--clients", "2", "--requests", "1000000", "--predict", "4,8",
-                  "--duration", "2", "--synthetic-vocab", "-o", (d / "load.jsonl").string()});
-    kill(server, SIGTERM);
-    reap(server, std::chrono::seconds(30));
+    LlamaServer server(d.path(), tiny_model("llama3.2-1b"), 2, 2048);
+    ASSERT_TRUE(server.listening()) << server.log();
+    auto r = run({"python3", PROFINFER_SOURCE_DIR "/experiments/server_load.py", "--url", server.url(), "--clients", "2",
+                  "--requests", "1000000", "--predict", "4,8", "--duration", "2", "--synthetic-vocab", "-o",
+                  (d / "load.jsonl").string()});
+    server.stop();
     EXPECT_EQ(r.status, 0) << r.err;
     const std::string rows = read_file(d / "load.jsonl");
     EXPECT_GE(std::count(rows.begin(), rows.end(), '\n'), 1) << r.err;

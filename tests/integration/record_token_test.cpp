@@ -190,15 +190,10 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
 TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    const int port = 20000 + int(getpid() % 20000);
-    pid_t server = spawn({llama_debug().program("llama-server"), "-m", tiny_model("llama3.2-1b"), "--parallel", "4", "-c",
-                          "4096", "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port)},
-                         d / "server.out", d / "server.err");
-    ASSERT_TRUE(wait_until([&] { return read_file(d / "server.err").find("listening on") != std::string::npos; },
-                           std::chrono::seconds(120)))
-        << read_file(d / "server.err");
+    LlamaServer server(d.path(), tiny_model("llama3.2-1b"), 4, 4096);
+    ASSERT_TRUE(server.listening()) << server.log();
     const std::string load = std::string(PROFINFER_SOURCE_DIR) + "/experiments/server_load.py";
-    pid_t client = spawn({"python3", load, "--url", "http://127.0.0.1:" + std::to_string(port), "--clients", "4",
+    pid_t client = spawn({"python3", load, "--url", server.url(), "--clients", "4",
                           "--requests", "32", "--predict", "8,32", "--seed", "5", "--think-ms", "750", "--synthetic-vocab", "-o",
                           (d / "load.jsonl").string()},
                          {}, d / "load.err");
@@ -210,14 +205,13 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
             return std::count(done.begin(), done.end(), '\n') >= 4;
         },
         std::chrono::seconds(120)));
-    auto rec = run({profinfer_bin(), "record", "--level", "op", "--pid", std::to_string(server), "--duration", "20", "-o",
+    auto rec = run({profinfer_bin(), "record", "--level", "op", "--pid", std::to_string(server.pid()), "--duration", "20", "-o",
                     d / "run.db"});
     EXPECT_NE(rec.err.find("--duration 20 s reached"), std::string::npos) << rec.err;
     int st = 0;
     waitpid(client, &st, 0);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_file(d / "load.err");
-    kill(server, SIGTERM);
-    waitpid(server, &st, 0);
+    server.stop();
     ASSERT_EQ(rec.status, 0) << rec.err;
 
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);

@@ -5,10 +5,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "profinfer/store.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -210,6 +214,47 @@ CpuHogs::CpuHogs() {
 void CpuHogs::stop() {
     for (pid_t p : pids_) kill(p, SIGKILL), waitpid(p, nullptr, 0);
     pids_.clear();
+}
+
+namespace {
+// A loopback port nothing listens on now (the kernel's pick for a bind to port 0).
+int free_loopback_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    if (port == 0) throw std::runtime_error(std::string("no free loopback port: ") + std::strerror(errno));
+    return port;
+}
+}  // namespace
+
+LlamaServer::LlamaServer(const fs::path& dir, const fs::path& model, int parallel, int ctx)
+    : dir_(dir), port_(free_loopback_port()) {
+    pid_ = spawn({llama_debug().program("llama-server"), "-m", model, "--parallel", std::to_string(parallel), "-c",
+                  std::to_string(ctx), "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port_)},
+                 dir / "server.out", dir / "server.err");
+}
+
+bool LlamaServer::listening() {
+    return wait_until([&] { return read_file(dir_ / "server.err").find("listening on") != std::string::npos; },
+                      std::chrono::seconds(120));
+}
+
+std::string LlamaServer::log() const { return read_file(dir_ / "server.err"); }
+
+std::optional<int> LlamaServer::stop() {
+    if (pid_ <= 0) return std::nullopt;
+    kill(pid_, SIGTERM);
+    auto st = reap(pid_, std::chrono::seconds(60));
+    if (!st) kill(pid_, SIGKILL), waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return st;
 }
 
 std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout) {

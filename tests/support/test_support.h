@@ -52,6 +52,28 @@ private:
     std::vector<pid_t> pids_;
 };
 
+// llama-server of the debug build on MODEL (PARALLEL slots, CTX tokens of context, 2
+// threads) on a free loopback port, its output in DIR/server.out and DIR/server.err.
+// listening() waits (up to 120 s) until it says it listens; stop() (or the end of the scope)
+// sends SIGTERM and reaps it, returning its exit status.
+class LlamaServer {
+public:
+    LlamaServer(const std::filesystem::path& dir, const std::filesystem::path& model, int parallel, int ctx);
+    ~LlamaServer() { stop(); }
+    LlamaServer(const LlamaServer&) = delete;
+    LlamaServer& operator=(const LlamaServer&) = delete;
+    bool listening();
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+    pid_t pid() const { return pid_; }
+    std::string log() const;
+    std::optional<int> stop();
+
+private:
+    std::filesystem::path dir_;
+    int port_ = 0;
+    pid_t pid_ = -1;
+};
+
 // Readiness instead of sleeps: polls READY every 2 ms until it holds (true) or TIMEOUT
 // passes (false).
 bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout);
