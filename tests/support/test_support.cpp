@@ -207,8 +207,9 @@ std::string comm_of(pid_t pid) {
     return s;
 }
 
-CpuHogs::CpuHogs() {
-    for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN); ++c) pids_.push_back(spawn({"/bin/sh", "-c", "while :; do :; done"}));
+CpuHogs::CpuHogs(int per_cpu) {
+    for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN) * per_cpu; ++c)
+        pids_.push_back(spawn({"/bin/sh", "-c", "while :; do :; done"}));
 }
 
 void CpuHogs::stop() {

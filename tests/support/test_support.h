@@ -37,11 +37,11 @@ void expect_one_line_failure(const RunResult& r, const std::string& needle);
 pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out = {},
             const std::filesystem::path& err = {});
 
-// A spinning shell per online CPU (every CPU busy, whatever the machine: a virtual board has
-// four), killed and reaped by stop() or at the end of the scope.
+// PER_CPU spinning shells per online CPU (every CPU busy, whatever the machine: a virtual
+// board has four), killed and reaped by stop() or at the end of the scope.
 class CpuHogs {
 public:
-    CpuHogs();
+    explicit CpuHogs(int per_cpu = 1);
     ~CpuHogs() { stop(); }
     CpuHogs(const CpuHogs&) = delete;
     CpuHogs& operator=(const CpuHogs&) = delete;
