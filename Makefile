@@ -7,8 +7,8 @@
 #   make test-arm64           that build's tests under qemu-user (BPF cannot load there: those skip, saying so)
 #   make farm INVENTORY=FILE [STUDIES=a,b] [QUICK=1]   the studies on every board of an Ansible inventory
 #   make vboard NAME=… KERNEL=6.1|5.10   boot an emulated Cortex-A76 Debian board (scripts/vboard.sh; SSH)
-#   make test-vboard          the arm64 build's tests inside a virtual board per kernel (both at once),
-#                             eBPF included, then the farm over SSH to two virtual boards (6.1 and 5.10)
+#   make test-vboard          the arm64 build's tests inside a virtual board on each kernel, eBPF included,
+#                             then the farm over SSH to two virtual boards (6.1 and 5.10) at once
 #   make reproduce-vboard [QUICK=1]   make reproduce BOARD=virt-a76 inside a virtual board (results/virt-a76/,
 #                             its quick sweep: emulated speed)
 BUILD ?= build
@@ -93,8 +93,8 @@ vboard:
 # The arm64 suite inside a virtual board on each kernel, as CI runs it (CI=true: a skipped
 # eBPF test fails). The repository and the cache are shared in at the same paths.
 VBOARD_KERNELS ?= 6.1 5.10
-# The suites run at the same time, a board each (scripts/vboard.sh suite): a failure on one
-# kernel does not hide the other's; the make fails if either did.
+# A board per kernel, one after the other (scripts/vboard.sh suite): a failure on one kernel
+# does not hide the other's; the make fails if either did.
 test-vboard: cross-arm64 build
 	@scripts/vboard.sh suite $(VBOARD_KERNELS)
 	@cd $(BUILD) && ctest --output-on-failure -j1 -L vboard

@@ -13,8 +13,8 @@
 #   scripts/vboard.sh pid NAME           the pid of board NAME's qemu (fails if it is not running)
 #   scripts/vboard.sh key                the private key the boards accept (for ssh -i, Ansible)
 #   scripts/vboard.sh suite KERNEL…      the arm64 suite (build-arm64, CI=true: a skipped eBPF
-#                                        test fails) in a board per kernel, all at once; each
-#                                        line shown with its kernel, the whole output kept in
+#                                        test fails) in a board per kernel, one after the other;
+#                                        each line shown with its kernel, the whole output kept in
 #                                        build-arm64/Testing/vboard-KERNEL.log; fails if any did
 # The repository and profinfer's cache are shared into every board at the same paths as
 # here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
@@ -194,7 +194,8 @@ cmd_status() {
   done
 }
 
-# One kernel's suite in its own board (test-KERNEL), started already; its output prefixed.
+# One kernel's suite in its own board (test-KERNEL), started already; its output prefixed;
+# the board stopped after.
 suite_on() {
   local k=$1 log=$2 started=$SECONDS rc=0
   ssh_to "test-$k" "cd $(printf %q "$REPO/build-arm64") && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
@@ -207,21 +208,19 @@ suite_on() {
   return "$rc"
 }
 
-# The boards boot one after the other (each takes its own free port), and each suite starts as
-# soon as its board is up: the suites run at the same time. One board leaves about a third of
-# this 2-vCPU host idle (its tests are mostly one or two threads); docs/boards.md has the times.
+# One board at a time. Two at once (tried 2026-12-04) was slower in all: on this 2-vCPU host
+# their eight vCPUs made llama.cpp's threads, which spin at barriers, wait for each other —
+# a test that decodes took 1.3 to 2.9 times as long (docs/boards.md).
 cmd_suite() {
   (($#)) || die "suite: which kernels? (6.1, 5.10)"
   [[ -x $REPO/build-arm64/profinfer ]] || die "no build-arm64/profinfer: make cross-arm64 first"
   cmd_image
   mkdir -p "$REPO/build-arm64/Testing"
-  local k pids=() kernels=() failed=
+  local k failed=
   for k in "$@"; do
-    if ! cmd_start "test-$k" "$k" >/dev/null; then failed+=" $k(boot)"; continue; fi
-    suite_on "$k" "$REPO/build-arm64/Testing/vboard-$k.log" &
-    pids+=($!) kernels+=("$k")
+    if ! (cmd_start "test-$k" "$k" >/dev/null); then failed+=" $k(boot)"; continue; fi
+    suite_on "$k" "$REPO/build-arm64/Testing/vboard-$k.log" || failed+=" $k"
   done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=" ${kernels[$i]}"; done
   [[ -z $failed ]] || die "suite failed on kernel(s):$failed"
 }
 
