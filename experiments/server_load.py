@@ -11,6 +11,7 @@ Standard library only (urllib, threads). Nothing leaves loopback unless --url sa
 """
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -41,10 +42,11 @@ def complete(url, body, timeout):
 
 
 def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24), seed=1, think_ms=0,
-             timeout=600, cache_prompt=False, out=None, duration_s=0, extra=None):
+             timeout=600, cache_prompt=False, out=None, duration_s=0, extra=None, stop_file=None):
     """Runs the load; returns one row per request (the JSON lines written to OUT, if given).
     DURATION_S > 0: no request is sent after that many seconds (those left are not sent).
-    EXTRA: more fields of every request's body."""
+    EXTRA: more fields of every request's body. STOP_FILE: no request is sent once it exists
+    (a load that lasts until its caller has what it needs)."""
     rng = random.Random(seed)
 
     # Made as they are sent: a large REQUESTS with a DURATION (a load of fixed length) made a
@@ -61,7 +63,7 @@ def run_load(url, clients=4, requests=32, prompt_words=(8, 64), predict=(4, 24),
     def client(c):
         while True:
             with lock:
-                if t_end and time.monotonic() >= t_end:
+                if (t_end and time.monotonic() >= t_end) or (stop_file and os.path.exists(stop_file)):
                     return
                 job = next(jobs, None)
                 if job is None:
@@ -114,6 +116,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--cache-prompt", action="store_true",
                     help="let the server reuse a slot's cached prefix (default off: each prompt processed whole)")
+    ap.add_argument("--stop-file", help="send no request once this file exists (those in flight are answered)")
     ap.add_argument("--duration", type=float, default=0,
                     help="send no request after this many seconds (with a large --requests: a load of fixed length)")
     ap.add_argument("--synthetic-vocab", action="store_true",
@@ -123,7 +126,7 @@ def main():
     out = sys.stdout if a.output == "-" else open(a.output, "w")
     rows = run_load(a.url, a.clients, a.requests, [int(x) for x in a.prompt_words.split(",")],
                     [int(x) for x in a.predict.split(",")], a.seed, a.think_ms, a.timeout, a.cache_prompt, out,
-                    a.duration, SYNTHETIC_VOCAB if a.synthetic_vocab else None)
+                    a.duration, SYNTHETIC_VOCAB if a.synthetic_vocab else None, a.stop_file)
     failed = [r for r in rows if r["error"]]
     if failed:
         print(f"server_load: {len(failed)} of {a.requests} requests failed", file=sys.stderr)

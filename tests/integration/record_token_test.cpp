@@ -180,8 +180,8 @@ TEST(RecordToken, RequestsOfParallelClientsMatchTheirOwnCounts) {
         << none.err;
 }
 
-// llama-server under concurrent requests (issue: profile a live server): 4 clients, 32
-// requests, the recorder attached mid-load for a bounded time. Every request sent after the
+// llama-server under concurrent requests (issue: profile a live server): 4 clients, the
+// recorder attached mid-load until it has seen enough answers. Every request sent after the
 // recording began and answered before it ended appears in stat --by request with the
 // prompt and generated tokens the server itself reports (timings.prompt_n, predicted_n)
 // — compared as multisets, as the server's requests carry no sequence id — and no request
@@ -194,8 +194,8 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
     ASSERT_TRUE(server.listening()) << server.log();
     const std::string load = std::string(PROFINFER_SOURCE_DIR) + "/experiments/server_load.py";
     pid_t client = spawn({"python3", load, "--url", server.url(), "--clients", "4",
-                          "--requests", "32", "--predict", "8,32", "--seed", "5", "--think-ms", "750", "--synthetic-vocab", "-o",
-                          (d / "load.jsonl").string()},
+                          "--requests", "1000", "--predict", "8,32", "--seed", "5", "--think-ms", "750", "--synthetic-vocab",
+                          "--stop-file", (d / "enough").string(), "-o", (d / "load.jsonl").string()},
                          {}, d / "load.err");
     // Mid-load: a few answers in. Each client waits 750 ms between its requests, so that the
     // load outlasts the attach (a second or two) on any machine: ≥ 6 s for 8 rounds.
@@ -205,24 +205,27 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
             return std::count(done.begin(), done.end(), '\n') >= 4;
         },
         std::chrono::seconds(120)));
-    // Recorded until a dozen more answers came (at least 8 of them sent and answered inside
-    // the recording, the requests in flight at its start aside), then stopped as a user stops
-    // an attach: a fixed duration held 6 of them in a virtual board beside another.
+    // Recorded from its first stored call until 20 more answers came (at least 8 of them sent
+    // and answered inside the recording, those in flight at either end aside), then stopped as
+    // a user stops an attach; the load stops sending then. A fixed 20-s recording held 4 of
+    // them in a virtual board (attaching takes seconds there).
     auto answers = [&] {
         const std::string done = read_file(d / "load.jsonl");
         return std::count(done.begin(), done.end(), '\n');
     };
-    const auto before = answers();
     pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "--pid", std::to_string(server.pid()), "-o",
                        (d / "run.db").string()},
                       {}, d / "record.err");
-    int st = 0;
-    bool load_ended = false;
-    wait_until([&] { return answers() >= before + 16 || (load_ended = waitpid(client, &st, WNOHANG) == client); },
-               std::chrono::minutes(30));
+    EXPECT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; },
+                           std::chrono::minutes(10)))
+        << read_file(d / "record.err");
+    const auto attached = answers();
+    EXPECT_TRUE(wait_until([&] { return answers() >= attached + 20; }, std::chrono::minutes(20)));
     kill(rec, SIGINT);
     const auto rec_status = reap(rec, std::chrono::seconds(120));
-    if (!load_ended) waitpid(client, &st, 0);
+    std::ofstream(d / "enough") << "";
+    int st = 0;
+    waitpid(client, &st, 0);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_file(d / "load.err");
     server.stop();
     ASSERT_EQ(rec_status, std::optional<int>(0)) << read_file(d / "record.err");
@@ -240,9 +243,8 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
         server_side.insert({j["timings"]["prompt_n"].get<int64_t>(), j["timings"]["predicted_n"].get<int64_t>()});
         first_sent = std::min(first_sent, j["sent_ns"].get<int64_t>());
     }
-    EXPECT_EQ(lines, 32);
     ASSERT_GE(server_side.size(), 8u) << "too few requests inside the recording to compare";
-    std::cout << server_side.size() << " of 32 requests inside the recording compared\n";
+    std::cout << server_side.size() << " of " << lines << " requests inside the recording compared\n";
     struct Ours {
         int64_t prompt, generated, start_ns;
         double ttft_ms, decode_ms;
