@@ -502,8 +502,7 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     // token attends to all before it, so a long run decodes slower than the first 300).
     const double traced_tps = decode_tps(probe.db), min_tps = traced_tps / 3;
 
-    // Two per CPU: two in all left a 4-CPU virtual board's decoding threads CPUs of their own,
-    // and one per CPU slowed it to just a third where another board shared the host.
+    // Two per CPU: two in all left a 4-CPU virtual board's decoding threads CPUs of their own.
     CpuHogs hogs(2);
     const size_t hog_count = hogs.size();
     const fs::path db = d / "qos.db";
@@ -512,9 +511,14 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     auto events = [&](const char* action) {
         return scalar_or_zero(db, std::string("SELECT coalesce(max(ts_ns), 0) FROM qos_events WHERE action = '") + action + "'");
     };
-    const bool detached = wait_until([&] { return events("detach") > 0; }, std::chrono::seconds(60));
+    // Up to 5 minutes: under the hogs a virtual board loads the model and attaches slowly too
+    // (60 s passed there with no decision, on both kernels).
+    const bool detached = wait_until([&] { return events("detach") > 0; }, std::chrono::minutes(5));
+    const double hogged_tps = 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
+                                  "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC LIMIT 20)")));
     hogs.stop();
-    const bool attached = detached && wait_until([&] { return events("attach") > events("detach"); }, std::chrono::seconds(60));
+    const bool attached =
+        detached && wait_until([&] { return events("attach") > events("detach"); }, std::chrono::minutes(5));
     // Let a few graphs run with the probes back, then end the run.
     if (attached) {
         const int64_t since = events("attach");
@@ -528,7 +532,7 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     kill(prof, SIGTERM);
     ASSERT_TRUE(reap(prof, std::chrono::seconds(30)));
     ASSERT_TRUE(detached) << "decoding never fell below " << min_tps << " t/s with " << hog_count << " CPU hogs (traced alone: "
-                          << traced_tps << " t/s)";
+                          << traced_tps << " t/s; the last 20 calls under the hogs: " << hogged_tps << " t/s)";
     ASSERT_TRUE(attached) << "the probes never came back once the hogs were gone; the last 20 decode calls ran at "
                           << 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
                                  "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC "
