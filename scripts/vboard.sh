@@ -18,7 +18,8 @@
 #                                        build-arm64/Testing/vboard-KERNEL.log; fails if any did
 # The repository and profinfer's cache are shared into every board at the same paths as
 # here (9p), so build-arm64/ and the arm64 llama.cpp run there as built.
-# Environment: PROFINFER_CACHE; VBOARD_SMP (4), VBOARD_MEM (4096, MiB).
+# Environment: PROFINFER_CACHE; VBOARD_SMP (4), VBOARD_MEM (4096, MiB); VBOARD_CTEST: more
+# arguments for the suite's ctest (e.g. -R 'RecordQos' to run some tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -198,7 +199,7 @@ cmd_status() {
 # the board stopped after.
 suite_on() {
   local k=$1 log=$2 started=$SECONDS rc=0
-  ssh_to "test-$k" "cd $(printf %q "$REPO/build-arm64") && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600" \
+  ssh_to "test-$k" "cd $(printf %q "$REPO/build-arm64") && uname -r && CI=true PROFINFER_ARCH=arm64 ctest --output-on-failure -j1 -LE vboard --timeout 3600 ${VBOARD_CTEST:-}" \
     2>&1 | tee "$log" | sed -u "s/^/[$k] /" || rc=$?
   say "kernel $k: suite $((SECONDS - started)) s, exit $rc (boot $(cat "$(run_dir "test-$k")/boot_seconds") s; $log)"
   # A guest that stopped answering (ssh gives up after 5 minutes of silence) may have crashed.
