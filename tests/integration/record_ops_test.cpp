@@ -514,8 +514,11 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     // Up to 5 minutes: under the hogs a virtual board loads the model and attaches slowly too
     // (60 s passed there with no decision, on both kernels).
     const bool detached = wait_until([&] { return events("detach") > 0; }, std::chrono::minutes(5));
-    const double hogged_tps = 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
-                                  "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC LIMIT 20)")));
+    auto last_20_tps = [&] {
+        return 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
+                                    "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC LIMIT 20)")));
+    };
+    const double hogged_tps = last_20_tps();
     hogs.stop();
     const bool attached =
         detached && wait_until([&] { return events("attach") > events("detach"); }, std::chrono::minutes(5));
@@ -534,9 +537,7 @@ TEST(RecordQos, ReattachesWhenTheMachineHasRoomAgain) {
     ASSERT_TRUE(detached) << "decoding never fell below " << min_tps << " t/s with " << hog_count << " CPU hogs (traced alone: "
                           << traced_tps << " t/s; the last 20 calls under the hogs: " << hogged_tps << " t/s)";
     ASSERT_TRUE(attached) << "the probes never came back once the hogs were gone; the last 20 decode calls ran at "
-                          << 1e9 * 20 / double(std::max<int64_t>(1, scalar_or_zero(db,
-                                 "SELECT sum(d) FROM (SELECT end_ns - start_ns AS d FROM tokens ORDER BY start_ns DESC "
-                                 "LIMIT 20)")))
+                          << last_20_tps()
                           << " t/s against a requirement of " << min_tps << " (x 1.2 to re-attach)";
     store::Database s(db, store::Database::Mode::ReadOnly);
     const std::string after_attach = "(SELECT max(ts_ns) FROM qos_events WHERE action = 'attach')";
