@@ -270,8 +270,11 @@ TEST(ExperimentRun, AKilledRunLeavesNothingRunning) {
     PROFINFER_REQUIRE_BPF();
     Subreaper reaper;
     TempDir d;
-    std::string spec = with_gen(kSpec, "6000");
-    spec.replace(spec.find("threads = [1, 2]"), 16, "threads = [2]");  // one point
+    // One point, long enough to be caught under way (the recorder stores its first tokens
+    // after a second), sized by this machine: the resume records it whole (6000 tokens took
+    // 500 s of an emulated board's suite).
+    std::string spec = with_gen(kSpec, std::to_string(tiny_tokens_lasting(2.0, 64, 6000)));
+    spec.replace(spec.find("threads = [1, 2]"), 16, "threads = [2]");
     std::ofstream(d / "spec.toml") << spec;
     const fs::path out = d / "out";
     pid_t runner = spawn({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"}, {}, d / "err");

@@ -195,7 +195,7 @@ TEST(RecordLimits, SchedulerPeersKeepOnlyWhatTheUserAllows) {
     auto peers = [](const char* mode) {
         TempDir d;
         auto rec = record(d, {"--level", "full", "--sched-peers", mode},
-                          {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "64", "Hello"});
+                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "64", "2", "--no-callback"});
         EXPECT_EQ(rec.result.status, 0) << rec.result.err;
         struct stat st{};
         stat(rec.db.c_str(), &st);
@@ -337,7 +337,10 @@ TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
 TEST(RecordLimits, DeferMbStoresTheRecordsOnlyWhenTheTargetHasEnded) {
     PROFINFER_REQUIRE_BPF();
     TempDir plain;
-    const std::string dump = graph_dump_bin().string() + " " + fs::path(tiny_model("llama3.2-1b")).string() + " Hello 1500 2 --no-callback >/dev/null";
+    // Long enough after the 1 MB flush for a sample to see it stored: 1500 calls on a desktop
+    // core (400 were not), the calls of 0.15 s of decoding where that is more than 400.
+    const std::string dump = graph_dump_bin().string() + " " + fs::path(tiny_model("llama3.2-1b")).string() + " Hello " +
+                             std::to_string(tiny_tokens_lasting(0.15, 400, 1500)) + " 2 --no-callback >/dev/null";
     auto ref = record(plain, {"--level", "op"}, {"/bin/sh", "-c", dump});
     ASSERT_EQ(ref.result.status, 0) << ref.result.err;
     const int64_t ops = count(ref.db, "SELECT count(*) FROM ops");

@@ -463,7 +463,7 @@ TEST(RecordQos, DetachesOperatorProbesBelowTheRequiredSpeed) {
     auto run_with = [](const char* min_tps, int64_t* ops_after_detach, int64_t* decode_calls) {
         TempDir d;
         auto rec = record(d, {"--level", "op", "--qos-min-tps", min_tps},
-                          {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "400", "Hello"});
+                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "400", "2", "--no-callback"});
         EXPECT_EQ(rec.result.status, 0) << rec.result.err;
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
         *decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
@@ -558,7 +558,7 @@ TEST(RecordBudget, RecordsWholeCallsOnWindowsAndListsTheRest) {
     // it is paid for (after ~960 calls with the priors: 10 % per traced call, 2 calls for the
     // window's switches), then the probes go again.
     auto rec = record(d, {"--level", "op", "--budget", "0.25"},
-                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "1200", "Hello"});
+                      {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "1200", "2", "--no-callback"});
     ASSERT_EQ(rec.result.status, 0) << rec.result.err;
     store::Database db(rec.db, store::Database::Mode::ReadOnly);
     const int64_t detaches = db.scalar("SELECT count(*) FROM qos_events WHERE action = 'detach'");

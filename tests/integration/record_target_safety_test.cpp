@@ -212,15 +212,18 @@ TEST(TargetSafety, FullDiskStopsRecordingNotTheCommand) {
     TmpfsMount small(d / "small", "400k");
     ASSERT_TRUE(small.ok) << "cannot mount a tmpfs: " << std::strerror(errno);
     // Long enough (~2 s) that the recorder's first commits come while it runs: it sleeps
-    // until an eighth of the buffer or a second's records are waiting.
+    // until an eighth of the buffer or a second's records are waiting. At least 200 calls
+    // (~8 KB of trace each: the 400 KB fill after ~50).
+    const int calls = tiny_tokens_lasting(2.0, 200, 4000);
     auto r = run({profinfer_bin(), "record", "--level", "op", "-o", small.dir / "run.db", "--", graph_dump_bin(),
-                  tiny_model("llama3.2-1b"), "Hello world", "4000", "2", "--no-callback"});
+                  tiny_model("llama3.2-1b"), "Hello world", std::to_string(calls), "2", "--no-callback"});
     EXPECT_NE(r.status, 0);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find("full"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("ran on untraced"), std::string::npos) << r.err;
     // --no-callback prints {"call":K} after each call.
-    EXPECT_NE(r.out.find("{\"call\":3999}"), std::string::npos) << "the command did not run to its end";
+    EXPECT_NE(r.out.find("{\"call\":" + std::to_string(calls - 1) + "}"), std::string::npos)
+        << "the command did not run to its end";
     if (fs::exists(small.dir / "run.db")) {
         EXPECT_NE(health_of(small.dir / "run.db"), "complete");
     }
@@ -529,8 +532,10 @@ TEST(TargetSafety, KillNineLeavesNoMemoryCgroup) {
     if (!v1 && !fs::exists("/sys/fs/cgroup/cgroup.controllers")) GTEST_SKIP() << "skipped: no memory cgroup on this machine";
     Subreaper reaper;
     TempDir d;
+    // Long enough to be killed under way (a second here), and it runs to its end.
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "token", "--memory-limit", "256M", "-o", d / "run.db", "--",
-                        graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "3000", "2", "--no-callback"},
+                        graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world",
+                        std::to_string(tiny_tokens_lasting(1.0, 64, 3000)), "2", "--no-callback"},
                        d / "out");
     const fs::path cg = fs::path(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup") / ("profinfer-" + std::to_string(prof));
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));

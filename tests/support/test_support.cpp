@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <set>
 #include <fstream>
@@ -286,6 +287,23 @@ fs::path tiny_model(const std::string& card, const std::string& type) {
         if (r.status != 0) throw std::runtime_error("profinfer model synth failed: " + r.err);
     }
     return p;
+}
+
+int tiny_tokens_lasting(double seconds, int at_least, int at_most) {
+    static const double per_second = [] {
+        const std::string model = tiny_model("llama3.2-1b").string();
+        auto timed = [&](int tokens) {
+            const auto began = std::chrono::steady_clock::now();
+            auto r = run({graph_dump_bin().string(), model, "Hello", std::to_string(tokens), "2", "--no-callback"});
+            if (r.status != 0) throw std::runtime_error("llama_graph_dump failed: " + r.err);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        };
+        // The difference of a long and a short run: loading the model is left out.
+        double best = 0;
+        for (int i = 0; i < 2; ++i) best = std::max(best, 200 / std::max(1e-3, timed(210) - timed(10)));
+        return best;
+    }();
+    return int(std::clamp(per_second * seconds, double(at_least), double(at_most)));
 }
 
 // The recorded nodes per llama_decode call: for call k, the node names of every CPU

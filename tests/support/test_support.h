@@ -98,7 +98,10 @@ int64_t scalar_or_zero(const std::filesystem::path& db, const std::string& sql);
 
 // The profinfer binary under test.
 std::filesystem::path profinfer_bin();
-// tests/programs/llama_graph_dump, built against the pinned debug llama.cpp.
+// tests/programs/llama_graph_dump, built against the pinned debug llama.cpp. Long decodes run
+// there on 2 threads, not in llama-simple (ggml's default 4): on a 2-CPU host's 4-vCPU emulated
+// board threads that meet at barriers spin while the ones they wait for are descheduled —
+// 200 calls took 16 s there on 4 threads, 1.7 s on 2.
 std::filesystem::path graph_dump_bin();
 
 // tests/programs/llama_graph_dump built against the stock release libraries.
@@ -160,6 +163,15 @@ const LlamaInstall& llama_debug();
 // A tiny synthetic model of CARD written by `profinfer model synth`, made once per
 // test program and kept for its lifetime.
 std::filesystem::path tiny_model(const std::string& card, const std::string& type = "f16");
+
+// The tokens a tiny decode (llama_graph_dump on llama3.2-1b's tiny model, 2 threads, untraced)
+// runs in SECONDS on this machine, at least AT_LEAST and at most AT_MOST (a count known to be
+// enough on the fastest machines it ran on): for a test that needs a run to go on while
+// something happens (a kill, a flush, a full disk), whatever the machine — an emulated board
+// decodes ~40 times slower than a desktop core, and a count long enough on the desktop takes
+// minutes there. The rate is the best of two short runs, measured once per test program; a
+// traced run is slower, so it lasts at least that long.
+int tiny_tokens_lasting(double seconds, int at_least, int at_most);
 
 // A recording committed in tests/golden (scripts/make-golden-traces.sh), for tests
 // that must run where eBPF cannot: NAME is e.g. "llama3.2-1b-full".
