@@ -168,9 +168,10 @@ std::filesystem::path tiny_model(const std::string& card, const std::string& typ
 // runs in SECONDS on this machine, at least AT_LEAST and at most AT_MOST (a count known to be
 // enough on the fastest machines it ran on): for a test that needs a run to go on while
 // something happens (a kill, a flush, a full disk), whatever the machine — an emulated board
-// decodes ~40 times slower than a desktop core, and a count long enough on the desktop takes
-// minutes there. The rate is the best of two short runs, measured once per test program; a
-// traced run is slower, so it lasts at least that long.
+// decodes ~100 times slower than a desktop core (170 against 12,000–28,000 tokens/s), and a
+// count long enough on the desktop takes minutes there. The rate is the best of two short
+// runs, measured once per process (ctest runs each test in one); a traced run is slower, so
+// it lasts at least that long.
 int tiny_tokens_lasting(double seconds, int at_least, int at_most);
 
 // A recording committed in tests/golden (scripts/make-golden-traces.sh), for tests
