@@ -38,6 +38,8 @@ if [[ "${1:-}" == "--with-ansible" ]]; then packages+=(ansible rsync); fi
 if [[ "${1:-}" == "--vboard" ]]; then
   packages=(qemu-system-arm mmdebstrap arch-test qemu-utils openssh-client e2fsprogs binfmt-support qemu-user-static)
 fi
+# make test-under-load: stress-ng keeps every CPU busy beside the suite.
+if [[ "${1:-}" == "--with-stress-ng" ]]; then packages+=(stress-ng); fi
 # The Vulkan backend's device here: Mesa's lavapipe (Vulkan on the CPU) and the loader.
 if [[ "${1:-}" == "--with-vulkan" ]]; then packages+=(mesa-vulkan-drivers libvulkan1); fi
 

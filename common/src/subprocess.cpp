@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +45,8 @@ pid_t spawn(const std::vector<std::string>& argv, const int child_fds[3]) {
         else
             posix_spawn_file_actions_addopen(&fa, i, "/dev/null", i == 0 ? O_RDONLY : O_WRONLY, 0);
     }
+    // Nothing but 0-2 reaches the child (close_inherited_fds_at_exec).
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     // The child starts with default signal handling whatever we ignore or block.
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -71,6 +75,21 @@ int wait_status(pid_t pid) {
 }
 
 }  // namespace
+
+void close_inherited_fds_at_exec() noexcept {
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+    // Marked, not closed: the caller may still need a descriptor until exec (a gate pipe).
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+    // Linux before 5.11 (a 5.10 board) has no CLOSE_RANGE_CLOEXEC: one fcntl per possible fd.
+    struct rlimit rl{};
+    const long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? long(rl.rlim_cur) : 65536;
+    for (long fd = 3; fd < top && fd < (1L << 20); ++fd) {
+        const int flags = fcntl(int(fd), F_GETFD);
+        if (flags >= 0 && !(flags & FD_CLOEXEC)) fcntl(int(fd), F_SETFD, flags | FD_CLOEXEC);
+    }
+}
 
 void check_command(const std::string& program) {
     namespace fs = std::filesystem;

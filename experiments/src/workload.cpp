@@ -56,6 +56,7 @@ BpftraceFloor::BpftraceFloor(const std::string& script, bool stream) {
         dup2(fds[1], STDOUT_FILENO);
         // Its complaints at exit (detaching from a library the run has unmapped) are noise here.
         if (int null = ::open("/dev/null", O_WRONLY); null >= 0) dup2(null, STDERR_FILENO);
+        close_inherited_fds_at_exec();
         execlp("bpftrace", "bpftrace", "-e", script.c_str(), static_cast<char*>(nullptr));
         _exit(127);
     }

@@ -394,7 +394,14 @@ metrics = ["decode_tps"]
 TEST(ExperimentRun, ExactWaitBesideTheSampledEstimate) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    std::ofstream(d / "spec.toml") << R"(
+    // The sampled run's estimate must rest on samples: 512 tokens, grown until it does (how many
+    // ticks a decode spans depends on the machine's speed).
+    fs::path out;
+    Table t;
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        const std::string gen = std::to_string(512 * scale);
+        const fs::path spec = d / ("spec-" + gen + ".toml");
+        std::ofstream(spec) << R"(
 name = "tiny-fig6"
 title = "Tiny Fig. 6"
 level = "full"
@@ -405,18 +412,24 @@ model = ["llama3.2-1b"]
 type = ["q4_0"]
 threads = [2]
 tracer = ["level", "full"]
-gen = [512]
+gen = [)" << gen << R"(]
 [outputs]
 figures = ["threads"]
 [figure]
 x = "tracer"
 metrics = ["wait_share_pct"]
 )";
-    const fs::path out = d / "out";
-    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
-    ASSERT_EQ(r.status, 0) << r.err;
+        out = d / ("out-" + gen);
+        auto r = run({profinfer_bin(), "experiment", "run", spec, "-o", out, "--rounds", "1"});
+        if (r.status != 0) return "the run failed (" + std::to_string(r.status) + "): " + r.err;
+        if (!fs::exists(out / "tiny-fig6-wait-methods-t2.csv")) return "no wait-methods table";
+        t = Table::read_csv_file(out / "tiny-fig6-wait-methods-t2.csv");
+        int64_t samples = 0;
+        for (const auto& row : t.to_json()) samples += row["samples"].get<int64_t>();
+        return samples > 0 ? "" : "0 samples from " + gen + " tokens";
+    });
+    ASSERT_EQ(missing, "");
     ASSERT_TRUE(fs::exists(out / "tiny-fig6-wait-methods-t2.png"));
-    const Table t = Table::read_csv_file(out / "tiny-fig6-wait-methods-t2.csv");
     std::set<int> threads;
     int64_t samples = 0;
     for (const auto& row : t.to_json()) {

@@ -66,24 +66,32 @@ TEST(RecordLimits, SixteenThreadsOnTwoCoresLoseNothing) {
 TEST(RecordLimits, IdleConsumerIsRaisedBeforeAnythingIsLost) {
     PROFINFER_REQUIRE_BPF();
     CpuHogs hogs;
-    const std::vector<std::string> cmd{graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "400", "2",
-                                       "--no-callback"};
-    for (const char* consumer : {"idle", "normal"}) {
+    // Recorded once per consumer; the idle one's decode grows until the buffer came close
+    // enough to full that the keeper raised it (a fast machine can finish 400 tokens first).
+    auto recorded = [&](const char* consumer, int tokens) -> int64_t {
         TempDir d;
-        auto rec = record(d, {"--level", "op", "--buffer-mb", "2", "--consumer", consumer}, cmd);
-        ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+        auto rec = record(d, {"--level", "op", "--buffer-mb", "2", "--consumer", consumer},
+                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", std::to_string(tokens), "2",
+                           "--no-callback"});
+        EXPECT_EQ(rec.result.status, 0) << rec.result.err;
+        if (rec.result.status != 0) return -2;
         store::Database db(rec.db, store::Database::Mode::ReadOnly);
         auto meta = db.meta();
         EXPECT_EQ(meta[store::MetaKey::Consumer], consumer);
         EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0) << consumer;
-        EXPECT_EQ(db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"), 399) << consumer;
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'"), tokens - 1) << consumer;
         const int64_t boosts = meta.has(store::MetaKey::ConsumerBoosts) ? std::stoll(meta[store::MetaKey::ConsumerBoosts]) : -1;
-        if (std::string(consumer) == "idle")
-            EXPECT_GT(boosts, 0) << "never raised although starved";
-        else
-            EXPECT_EQ(boosts, 0);
         RecordProperty(std::string(consumer) + "_boosts", std::to_string(boosts));
-    }
+        RecordProperty(std::string(consumer) + "_tokens", std::to_string(tokens));
+        return boosts;
+    };
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        const int64_t boosts = recorded("idle", 400 * scale);
+        if (HasFailure()) return "";  // already failed on what it checks: no need to go on
+        return boosts > 0 ? "" : "never raised although starved (" + std::to_string(400 * scale) + " tokens)";
+    });
+    EXPECT_EQ(missing, "");
+    EXPECT_EQ(recorded("normal", 400), 0);
 }
 
 // A recording of a target that does nothing takes nothing from it: the recorder's threads
@@ -192,10 +200,10 @@ TEST(RecordLimits, SchedulerPeersKeepOnlyWhatTheUserAllows) {
     struct Peers {
         int64_t foreign_ids, removed, removed_with_comm;
     };
-    auto peers = [](const char* mode) {
+    auto peers = [](const char* mode, int tokens) {
         TempDir d;
         auto rec = record(d, {"--level", "full", "--sched-peers", mode},
-                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "64", "2", "--no-callback"});
+                          {graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", std::to_string(tokens), "2", "--no-callback"});
         EXPECT_EQ(rec.result.status, 0) << rec.result.err;
         struct stat st{};
         stat(rec.db.c_str(), &st);
@@ -208,8 +216,23 @@ TEST(RecordLimits, SchedulerPeersKeepOnlyWhatTheUserAllows) {
             count(rec.db, "SELECT count(*) FROM sched_switch WHERE (prev_tgid = -1 AND prev_comm != '') OR "
                           "(next_tgid = -1 AND next_comm != '')")};
     };
-    Peers full = peers("full"), comm = peers("comm"), none = peers("none");
-    ASSERT_GT(full.foreign_ids, 0) << "no other process ran beside the target: nothing to check";
+    // Other processes' threads must have run on the target's CPUs for there to be anything to
+    // check: each mode's decode grows until its recording holds some (found, or removed).
+    auto until_peers = [&](const char* mode) {
+        Peers p{};
+        const std::string missing = grow_until_enough([&](int scale) -> std::string {
+            p = peers(mode, 64 * scale);
+            return p.foreign_ids + p.removed > 0
+                       ? ""
+                       : std::string("--sched-peers ") + mode + ": no other process ran beside the target in " +
+                             std::to_string(64 * scale) + " tokens";
+        });
+        EXPECT_EQ(missing, "") << "nothing to check";
+        return p;
+    };
+    Peers full = until_peers("full"), comm = until_peers("comm"), none = until_peers("none");
+    ASSERT_FALSE(HasFailure());
+    ASSERT_GT(full.foreign_ids, 0);
     EXPECT_EQ(full.removed, 0);
     EXPECT_EQ(comm.foreign_ids, 0);
     EXPECT_GT(comm.removed, 0);

@@ -30,8 +30,17 @@ fs::path record_full(const TempDir& d, const std::vector<std::string>& wait, con
 
 TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
     PROFINFER_REQUIRE_BPF();
-    TempDir d;
-    const fs::path db_path = record_full(d, {"--sample-hz", "2000"});
+    // Enough samples to judge the split, however fast the machine decodes: 400 tokens held
+    // 83 samples on a fast one (2000 a second on two threads), so the decode grows until 100.
+    std::unique_ptr<TempDir> d;
+    fs::path db_path;
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        d = std::make_unique<TempDir>();
+        db_path = record_full(*d, {"--sample-hz", "2000"}, std::to_string(400 * scale));
+        const int64_t n = scalar_or_zero(db_path, "SELECT coalesce(sum(samples), 0) FROM thread_parts");
+        return n > 100 ? "" : std::to_string(n) + " of more than 100 samples from " + std::to_string(400 * scale) + " tokens";
+    });
+    ASSERT_EQ(missing, "");
     store::Database db(db_path, store::Database::Mode::ReadOnly);
     auto meta = db.meta();
     EXPECT_EQ(meta[store::MetaKey::WaitMethod], "sampled");
@@ -41,7 +50,7 @@ TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
     EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
     const int64_t samples = db.scalar("SELECT coalesce(sum(samples), 0) FROM thread_parts");
     const int64_t waits = db.scalar("SELECT coalesce(sum(wait_samples), 0) FROM thread_parts");
-    ASSERT_GT(samples, 100) << "2000 samples a second on two threads decoding 400 tokens";
+    ASSERT_GT(samples, 100);
     // Two threads on a tiny model meet at a barrier after every node: some samples find
     // one spinning, most do not find both.
     EXPECT_GT(waits, 0);
@@ -68,18 +77,26 @@ TEST(RecordWait, SampledSplitTakesNoBarrierProbe) {
 // graph loop's own code), a few per cent.
 TEST(RecordWait, SampledSplitAgreesWithTheBarrierProbesOnTheSameSamples) {
     PROFINFER_REQUIRE_BPF();
-    TempDir d;
-    // Long enough for a few hundred samples in one-barrier parts: with the barrier probe on an
-    // instruction the kernel emulates (probe_site.h) 400 tokens take under a second.
-    const fs::path db_path = record_full(d, {"--wait", "both", "--sample-hz", "4000"}, "1500");
+    // A few hundred samples in one-barrier parts: with the barrier probe on an instruction the
+    // kernel emulates (probe_site.h) 400 tokens take under a second; the decode grows until
+    // there are 100 to compare.
+    const std::string parts = "FROM thread_parts WHERE barriers = 1";
+    std::unique_ptr<TempDir> d;
+    fs::path db_path;
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        d = std::make_unique<TempDir>();
+        db_path = record_full(*d, {"--wait", "both", "--sample-hz", "4000"}, std::to_string(1500 * scale));
+        const int64_t n = scalar_or_zero(db_path, "SELECT coalesce(sum(samples), 0) " + parts);
+        return n >= 100 ? "" : std::to_string(n) + " of 100 samples in one-barrier parts from " + std::to_string(1500 * scale) + " tokens";
+    });
+    ASSERT_EQ(missing, "") << "too few samples to compare";
     store::Database db(db_path, store::Database::Mode::ReadOnly);
     EXPECT_EQ(db.meta()[store::MetaKey::WaitMethod], "both");
     store::Statement st(db.handle(),
-                        "SELECT sum(samples), sum(wait_samples), sum(barrier_state_samples) FROM thread_parts "
-                        "WHERE barriers = 1");
+                        ("SELECT sum(samples), sum(wait_samples), sum(barrier_state_samples) " + parts).c_str());
     ASSERT_TRUE(st.step());
     const double n = st.column_double(0), ip = st.column_double(1), state = st.column_double(2);
-    ASSERT_GE(n, 100) << "too few samples to compare";
+    ASSERT_GE(n, 100);
     EXPECT_LE(ip, state + 0.02 * n) << "IP-classified waits " << ip << " > barrier-state waits " << state << " of " << n;
     EXPECT_GE(ip, state - 0.20 * n) << "IP-classified waits " << ip << " << barrier-state waits " << state << " of " << n;
     RecordProperty("samples", std::to_string(int64_t(n)));

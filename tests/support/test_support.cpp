@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "profinfer/store.h"
+#include "profinfer/subprocess.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -84,6 +85,7 @@ namespace {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    close_inherited_fds_at_exec();
     execvp(args[0], args.data());
     _exit(127);
 }
@@ -99,6 +101,22 @@ pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs:
         exec_argv(argv);
     }
     return pid;
+}
+
+std::string grow_until_enough(const std::function<std::string(int)>& attempt, std::chrono::seconds limit) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string missing;
+    int tries = 0;
+    for (int scale = 1;; scale *= 2) {
+        missing = attempt(scale);
+        ++tries;
+        if (missing.empty()) return missing;
+        if (std::chrono::steady_clock::now() - t0 >= limit || scale >= (1 << 12)) break;
+    }
+    return missing + " (after " + std::to_string(tries) + " tries, the last " + std::to_string(1 << (tries - 1)) +
+           "x as long as the first, " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()) +
+           " s in all)";
 }
 
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {

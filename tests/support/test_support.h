@@ -77,6 +77,15 @@ private:
 // Readiness instead of sleeps: polls READY every 2 ms until it holds (true) or TIMEOUT
 // passes (false).
 bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout);
+// A run sized by what it must show, not by one machine's speed (how many samples, switches
+// or boosts a span of decoding yields depends on the machine and on what else runs there):
+// ATTEMPT(scale) does the test's work scaled by SCALE (1, then 2, 4, …) and returns what its run
+// still lacks ("" once it holds what the test needs). Tried again, twice as long each time,
+// until LIMIT has passed since the first try; returns the last answer — "" or what was still
+// missing after N tries, for the test's failure message.
+std::string grow_until_enough(const std::function<std::string(int scale)>& attempt,
+                              std::chrono::seconds limit = std::chrono::seconds(300));
+
 // The children of PID (/proc/PID/task/*/children), the state letter of PID's
 // /proc/PID/stat (0 if gone), and its comm.
 std::vector<pid_t> children_of(pid_t pid);

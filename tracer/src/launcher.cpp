@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "profinfer/error.h"
+#include "profinfer/subprocess.h"
 
 namespace profinfer {
 
@@ -34,6 +35,7 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv) {
         sigprocmask(SIG_SETMASK, &none, nullptr);
         ::close(gate[1]);
         ::close(status[0]);
+        close_inherited_fds_at_exec();
         // Only an explicit go runs the command: if profinfer dies before the probes are in
         // place, the pipe just closes and the command never starts untraced.
         char c = 0;

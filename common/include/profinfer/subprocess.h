@@ -19,6 +19,12 @@ struct ProcessResult {
 // its output. Throws profinfer::Error if it cannot be started.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::string& input = {});
 
+// In a child between fork and exec: every descriptor above 2 is closed at exec, so the
+// program gets only standard input, output and error — never a database, a BPF object or a
+// pipe of ours, nor a high descriptor a tool chokes on (dash refuses `>&12`: mmdebstrap's
+// apt hook failed when a test's leaked descriptors pushed its own to 12). Async-signal-safe.
+void close_inherited_fds_at_exec() noexcept;
+
 // A command to launch: the same PATH lookup execvp does; profinfer::Error naming why it
 // cannot run (not found in PATH, not executable).
 void check_command(const std::string& program);
