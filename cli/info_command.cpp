@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "profinfer/run_summary.h"
+#include "profinfer/text_escape.h"
 #include "subcommands.h"
 
 namespace profinfer::cli {
@@ -17,7 +18,7 @@ void add_info(CLI::App& app, std::function<int()>& action) {
             warn_if_partial(d);
             auto s = RunSummary::load(d);
             if (*json)
-                std::cout << s.to_json().dump(2) << "\n";
+                std::cout << json_text(s.to_json(), 2) << "\n";
             else
                 std::cout << s.to_text();
             return 0;

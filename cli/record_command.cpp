@@ -86,7 +86,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--duration", opts->duration_s,
                     "With --pid: stop recording after S seconds and detach; the process goes on untouched (a server "
                     "profiled for a while, not to its end). The trace is complete, with meta duration_s")
-        ->check(CLI::PositiveNumber)
+        ->check(number_in(0.001, 31536000))  // a year: nan, negatives and absurd bounds refused in one line
         ->needs(pid_opt);
     cmd->add_option("--max-db-mb", opts->max_db_mb,
                     "Keep the trace under M MB (10^6 bytes) by dropping its oldest llama_decode calls whole, with "

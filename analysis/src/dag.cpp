@@ -205,7 +205,7 @@ void Dag::write(const fs::path& out, Colour colour, const fs::path& source) cons
     const std::string ext = out.extension().string();
     const std::vector<fs::path> from = source.empty() ? std::vector<fs::path>{} : std::vector<fs::path>{source};
     if (ext == ".json")
-        OutputFile::write(out, to_json().dump(1) + "\n", from);
+        OutputFile::write(out, json_text(to_json(), 1) + "\n", from);
     else if (ext == ".dot")
         OutputFile::write(out, to_dot(colour), from);
     else if (ext == ".svg")

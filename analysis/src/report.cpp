@@ -49,7 +49,7 @@ std::string html_table(const Table& t, size_t max_rows) {
                 std::snprintf(b, sizeof b, "%.3f", v.get<double>());
                 s = b;
             } else {
-                s = v.is_string() ? v.get<std::string>() : v.dump();
+                s = v.is_string() ? v.get<std::string>() : json_text(v);
             }
             o << "<td>" << html_escape(s) << "</td>";
         }

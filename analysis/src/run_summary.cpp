@@ -14,13 +14,19 @@ std::string operator_sampling_note(store::Database& db) {
     if (left_out == 0) return "";
     const int64_t calls = db.scalar("SELECT count(*) FROM calls");
     const auto meta = db.meta();
-    const bool budget = meta.has(store::MetaKey::BudgetPct);
-    std::string why = budget ? "--budget " + [&] {
+    // Named by what left them out: a gate the user set, or only the probes going in or out.
+    std::string why;
+    if (meta.has(store::MetaKey::BudgetPct)) {
         char b[32];
         std::snprintf(b, sizeof b, "%g", std::strtod(meta[store::MetaKey::BudgetPct].c_str(), nullptr));
-        return std::string(b);
-    }() + " %"
-                                           : std::string("the QoS controller (--qos-min-tps)");
+        why = std::string("--budget ") + b + " %";
+    } else if (meta.has(store::MetaKey::QosMinTps)) {
+        why = "the QoS controller (--qos-min-tps)";
+    } else if (meta.has(store::MetaKey::DurationS)) {
+        why = "the calls under way when the probes went in or when --duration ended the recording";
+    } else {
+        why = "the calls under way while the probes went in or out";
+    }
     return "profinfer: sampled operators: recorded on " + std::to_string(calls - left_out) + " of " +
            std::to_string(calls) + " llama_decode calls (" + why +
            "); operator figures describe those calls, token figures all of them";

@@ -1,4 +1,5 @@
 #include "profinfer/timeline.h"
+#include "profinfer/text_escape.h"
 
 #include <cstdio>
 #include <functional>
@@ -71,22 +72,22 @@ public:
         std::snprintf(dur, sizeof dur, "%.3f", (end - start) / 1000.0);
         return {start, end - start,
                 "{\"ph\":\"X\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
-                    ",\"name\":" + nlohmann::json(name).dump() + ",\"cat\":\"" + cat + "\",\"ts\":" + us(start) +
-                    ",\"dur\":" + dur + ",\"args\":" + args.dump() + "}"};
+                    ",\"name\":" + json_text(name) + ",\"cat\":\"" + cat + "\",\"ts\":" + us(start) +
+                    ",\"dur\":" + dur + ",\"args\":" + json_text(args) + "}"};
     }
     Pending instant(int64_t pid, int64_t tid, const std::string& name, int64_t ts, const nlohmann::json& args) const {
         return {ts, 0,
                 "{\"ph\":\"i\",\"s\":\"t\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
-                    ",\"name\":" + nlohmann::json(name).dump() + ",\"ts\":" + us(ts) + ",\"args\":" + args.dump() + "}"};
+                    ",\"name\":" + json_text(name) + ",\"ts\":" + us(ts) + ",\"args\":" + json_text(args) + "}"};
     }
     Pending counter(int64_t pid, const std::string& name, int64_t ts, double value) const {
         return {ts, 0,
-                "{\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"name\":" + nlohmann::json(name).dump() +
-                    ",\"ts\":" + us(ts) + ",\"args\":{\"value\":" + nlohmann::json(value).dump() + "}}"};
+                "{\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"name\":" + json_text(name) +
+                    ",\"ts\":" + us(ts) + ",\"args\":{\"value\":" + json_text(value) + "}}"};
     }
     void metadata(int64_t pid, int64_t tid, const std::string& what, const nlohmann::json& args) {
         emit("{\"ph\":\"M\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"name\":\"" + what +
-             "\",\"args\":" + args.dump() + "}");
+             "\",\"args\":" + json_text(args) + "}");
     }
     void emit(const std::string& json) {
         out_ << (events_ ? ",\n" : "") << json;

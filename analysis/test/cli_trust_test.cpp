@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "profinfer/dag.h"
 #include "profinfer/store.h"
 #include "profinfer/text_escape.h"
@@ -113,6 +115,29 @@ TEST(CliTrust, TraceTextIsEscapedInEveryOutputFormat) {
     auto r = run({profinfer_bin(), "report", db, "-o", d / "report.html"});
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_FALSE(fs::exists(d / "pwned"));
+}
+
+// Text from the target is bytes, not always UTF-8 (a Latin-1 file name in the command line, a
+// tensor name): every JSON output stays valid, each such byte replaced by U+FFFD (info --json
+// failed with json type_error.316, the timeline on a tensor name).
+TEST(CliTrust, TextThatIsNotUtf8IsValidInEveryJsonOutput) {
+    TempDir d;
+    fs::path db = copy_golden(d, "llama3.2-1b-full");
+    sql(db, "UPDATE meta SET value = 'llama-simple -m mod' || CAST(X'E9' AS TEXT) || 'le.gguf' WHERE key = 'command'");
+    sql(db, "UPDATE nodes SET name = 'Qcur-0' || CAST(X'FF' AS TEXT) WHERE name = 'Qcur-0'");
+    const std::string replacement = "\xEF\xBF\xBD";
+    auto info = run({profinfer_bin(), "info", db, "--json"});
+    ASSERT_EQ(info.status, 0) << info.err;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(info.out)) << info.out;
+    EXPECT_NE(info.out.find("mod" + replacement + "le.gguf"), std::string::npos) << info.out;
+    auto timeline = run({profinfer_bin(), "timeline", db, "-o", d / "trace.json"});
+    ASSERT_EQ(timeline.status, 0) << timeline.err;
+    const std::string events = read_file(d / "trace.json");
+    EXPECT_NO_THROW((void)nlohmann::json::parse(events));
+    EXPECT_NE(events.find("Qcur-0" + replacement), std::string::npos);
+    auto stat = run({profinfer_bin(), "stat", db, "--by", "op", "--format", "json"});
+    ASSERT_EQ(stat.status, 0) << stat.err;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(stat.out)) << stat.out;
 }
 
 // A link is neither written through nor replaced: refused in one line, link and target

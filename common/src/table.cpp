@@ -1,4 +1,5 @@
 #include "profinfer/table.h"
+#include "profinfer/text_escape.h"
 
 #include <algorithm>
 #include <cctype>
@@ -24,7 +25,7 @@ std::string cell(const nlohmann::json& v, bool csv = false) {
         std::snprintf(b, sizeof b, csv ? "%.7g" : "%.3f", v.get<double>());
         return b;
     }
-    return v.dump();
+    return json_text(v);
 }
 
 }  // namespace
@@ -131,7 +132,7 @@ nlohmann::json Table::to_json() const {
 
 std::string Table::formatted(const std::string& format) const {
     if (format == "csv") return to_csv();
-    if (format == "json") return to_json().dump(1) + "\n";
+    if (format == "json") return json_text(to_json(), 1) + "\n";
     if (format == "table") return to_text();
     throw Error("--format is table, csv or json, not '" + format + "'");
 }

@@ -1,9 +1,15 @@
 #include "profinfer/text_escape.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <cstring>
 
 namespace profinfer {
+
+std::string json_text(const nlohmann::json& j, int indent) {
+    return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 namespace {
 bool is_control(char c) { return (unsigned char)c < 0x20 || c == 0x7f; }

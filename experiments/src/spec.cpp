@@ -2,7 +2,9 @@
 #include <toml++/toml.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "profinfer/error.h"
@@ -74,6 +76,17 @@ void check_value(const std::string& name, const std::string& v, const std::strin
                             "memory that page reclaim cannot take between runs), not '" + v + "'");
     if (name == "vkperf" && v != "on" && v != "off")
         throw Error(where + ": vkperf is on (ggml-vulkan's GGML_VK_PERF_LOGGER: device time per operator) or off, not '" + v + "'");
+    // Counts: a whole number in range, refused here rather than by llama.cpp after the runs
+    // before it (threads = [0] was accepted).
+    // (gen, prompt and ctx may be llama-bench's lists, "16,64": left to it.)
+    static const std::map<std::string, std::pair<long, long>> counts = {
+        {"threads", {1, 1024}}, {"ngl", {0, 1024}}, {"nopo", {0, 1}}, {"reps", {1, 1000}}};
+    if (auto c = counts.find(name); c != counts.end()) {
+        const bool digits = !v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || std::stol(v) < c->second.first || std::stol(v) > c->second.second)
+            throw Error(where + ": " + name + " is a whole number from " + std::to_string(c->second.first) + " to " +
+                        std::to_string(c->second.second) + ", not '" + v + "'");
+    }
     if (name == "routing") {
         try {
             MoeRouting::parse(v);
@@ -282,6 +295,12 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     if (const auto* n = t["notes"].as_array())
         for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));
     if (s.x.empty() || s.metrics.empty()) throw Error(file.string() + ": [figure] needs x and metrics");
+    // Checked before any run (x = "bogus" failed only once the whole sweep had run).
+    if (std::none_of(kParameters.begin(), kParameters.end(), [&](const auto& p) { return p.first == s.x; })) {
+        std::string names;
+        for (const auto& [name, def] : kParameters) names += (names.empty() ? "" : ", ") + name;
+        throw Error(file.string() + ": [figure] x '" + s.x + "' is not a parameter (parameters: " + names + ")");
+    }
     return s;
 }
 

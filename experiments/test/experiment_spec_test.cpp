@@ -1,6 +1,8 @@
 // Experiment specs: parsing, sweep expansion, quick overrides, errors; the dry run.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -108,6 +110,17 @@ TEST(ExperimentSpec, MistakesAreNamed) {
     }
     auto r = run({profinfer_bin(), "experiment", "run", (d / "none.toml").string()});
     expect_one_line_failure(r, "none.toml");
+    // Values checked before any run: a thread count of 0, a figure's x that is no parameter.
+    for (const auto& [from, to, said] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"threads = [1, 2, 4]", "threads = [0]", "threads is a whole number from 1"},
+             {"threads = [1, 2, 4]", "threads = [\"two\"]", "not 'two'"},
+             {"x = \"threads\"", "x = \"bogus\"", "x 'bogus' is not a parameter"}}) {
+        std::string spec = kSpec;
+        ASSERT_NE(spec.find(from), std::string::npos) << from;
+        spec.replace(spec.find(from), from.size(), to);
+        auto bad_value = run({profinfer_bin(), "experiment", "run", write_spec(d, spec).string(), "--dry-run"});
+        expect_one_line_failure(bad_value, said);
+    }
 }
 
 TEST(ExperimentSpec, EveryShippedSpecLoadsAndDryRuns) {

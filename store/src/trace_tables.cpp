@@ -106,6 +106,15 @@ void TraceTables::commit() {
     if (in_tx_) db_.exec("COMMIT"), in_tx_ = false;
 }
 
+void TraceTables::rollback() noexcept {
+    if (in_tx_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr), in_tx_ = false;
+}
+
+std::string TraceTables::finish() {
+    commit();
+    return db_.finish();
+}
+
 int64_t TraceTables::live_bytes() {
     return (db_.scalar("PRAGMA page_count") - db_.scalar("PRAGMA freelist_count")) * db_.scalar("PRAGMA page_size");
 }
@@ -309,7 +318,10 @@ void mark_recorder_died(const std::filesystem::path& trace) noexcept try {
         const std::string sql = std::string("BEGIN;") +
                                 "INSERT OR REPLACE INTO meta(key, value) SELECT '" + name(MetaKey::Error) +
                                 "', 'the recorder died during the recording (killed or crashed); the target went on "
-                                "untraced' WHERE (SELECT value FROM meta WHERE key = '" + name(MetaKey::Status) +
+                                "untraced' || coalesce((SELECT '; the records it held in memory for --defer-mb (up to ' || "
+                                "value || ' MB), not yet stored, were lost with it' FROM meta WHERE key = '" +
+                                name(MetaKey::DeferMb) + "'), '') WHERE (SELECT value FROM meta WHERE key = '" +
+                                name(MetaKey::Status) +
                                 "') = 'running';"
                                 "UPDATE meta SET value = 'incomplete' WHERE key = '" + name(MetaKey::Status) +
                                 "' AND value = 'running';"

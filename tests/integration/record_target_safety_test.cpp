@@ -401,6 +401,33 @@ TEST(TargetSafety, AStoppedRecorderNeverFreezesTheTarget) {
     EXPECT_NE(meta[store::MetaKey::Error].find("guardian resumed"), std::string::npos) << meta[store::MetaKey::Error];
 }
 
+// profinfer stopped for long (^Z) while the command loads and unloads libraries: every
+// loader stop is let go within a few polls of the guardian, not a second or two each (6
+// rounds of a dlopen every 50 ms in 9 s). 200 rounds are 400 loader stops: ~5 s here at the
+// guardian's 10-ms look while profinfer is stopped, 160 s at the old 0.4 s a stop; the bound
+// (90 s) is far from both, whatever the machine's speed.
+TEST(TargetSafety, AStoppedRecorderDoesNotSlowTheTargetsLoaderStops) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", dlopen_loop_bin(),
+                        dlopen_plugin(), "200"},
+                       d / "out", d / "err");
+    KillAtExit cleanup;
+    cleanup.add(prof);
+    pid_t target = 0;
+    ASSERT_TRUE(wait_until([&] { return (target = launched_child(prof, "dlopen_loop")) != 0; }, 60s)) << read_file(d / "err");
+    kill(prof, SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool finished = wait_until([&] { return state_of(target) == 'Z' || state_of(target) == 0; }, 90s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(prof, SIGCONT);
+    reap(prof, 60s);
+    EXPECT_TRUE(finished) << "200 rounds of dlopen not done in " << took << " s while profinfer was stopped";
+    RecordProperty("seconds_stopped", std::to_string(took));
+    EXPECT_EQ(read_file(d / "out"), "200 rounds\n");
+}
+
 // The user stopped the target; then profinfer died: the guardian leaves the target as the
 // user left it (it resumes only a stop of its own).
 TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {

@@ -4,6 +4,7 @@
 // cannot store (a full disk, a layout that reads garbage) — comes out of drain() as
 // profinfer::Error; what happens to the target then is the recorder's decision.
 #include <cstddef>
+#include <array>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -36,10 +37,17 @@ public:
     // --defer-mb: records are held in memory (loader stops and the gate's decode speeds are
     // still seen at once) and stored by flush(), or by drain() once BYTES are held.
     void defer_up_to(size_t bytes) { defer_cap_ = bytes; }
-    // Stores every held record, in order (pausing as pause_every says).
+    // Stores every held record, in order (pausing as pause_every says), calling STORED after
+    // every few MB so that what is stored stays stored if a later write fails (a full disk
+    // rolls back the transaction under way). On a failure the records not stored are counted
+    // (not_stored) and profinfer::Error says so, naming the trace.
     void flush();
+    void on_stored(std::function<void()> stored) { stored_ = std::move(stored); }
     // Times drain() found BYTES held and stored them.
     int64_t deferred_flushes() const { return deferred_flushes_; }
+    // Records held for --defer-mb that a failed store left out, by record kind (operator
+    // records counted per node, as lost_events does).
+    const std::array<uint64_t, PI_EV_KIND_MAX>& not_stored() const { return not_stored_; }
     // A loader stop was reported since the last call (the target waits, stopped).
     bool take_library_changed();
     // What the operator gate decided since the last call.
@@ -63,6 +71,8 @@ private:
     size_t defer_cap_ = 0;
     std::vector<unsigned char> deferred_;  // records held: each a 4-byte size, then its bytes
     int64_t deferred_flushes_ = 0;
+    std::function<void()> stored_;
+    std::array<uint64_t, PI_EV_KIND_MAX> not_stored_{};
 };
 
 }  // namespace profinfer

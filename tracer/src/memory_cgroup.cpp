@@ -29,6 +29,9 @@ uint64_t parse_memory_size(const std::string& text) {
         throw Error("memory size '" + text + "': a positive number with K, M or G (e.g. 512M, 3G)");
     const double bytes = v * scale;
     if (bytes < 16.0 * 1024 * 1024) throw Error("memory size '" + text + "' is below 16M: the command could not even load");
+    // A bound no machine has is no limit (1e30G overflowed into a meaningless number).
+    if (bytes > 1024.0 * 1024 * 1024 * 1024 * 1024)
+        throw Error("memory size '" + text + "' is above 1024T: give a limit this machine could reach, or leave --memory-limit out");
     return uint64_t(bytes);
 }
 

@@ -60,11 +60,12 @@ public:
 
     // Every probe goes, at once. Safe to call more than once.
     void detach_all();
+    // No operator recorded from here on (the BPF side also latches it per llama_decode call):
+    // the first step before operator probes go or while they go in, and before a recording
+    // ends at a call boundary (--duration): the call under way keeps its operators.
+    void ops_off();
 
 private:
-    // No operator recorded from here on (the BPF side also latches it per llama_decode call):
-    // the first step before operator probes go or while they go in.
-    void ops_off();
     struct Attached;
     struct OpLibrary;
     bpf_link* attach_uprobe(bpf_program* prog, const std::filesystem::path& lib, const char* symbol, bool ret,

@@ -76,6 +76,10 @@ void check_record_options(const RecordOptions& opts) {
     if (opts.qos_min_tps > 0 && opts.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
     if (opts.budget_pct > 0 && opts.level < TraceLevel::Op)
         throw Error("--budget needs --level op or full (it samples the operator level)");
+    if (opts.qos_min_tps > 0 && opts.level < TraceLevel::Op)
+        throw Error("--qos-min-tps needs --level op or full (it switches the operator probes; token and graph records "
+                    "cost nothing to switch)");
+    if (opts.output.empty()) throw Error("-o needs a file name (it was empty)");
     if (!(opts.budget_pct >= 0 && opts.budget_pct <= 100) || !(opts.qos_min_tps >= 0) || std::isinf(opts.qos_min_tps))
         throw Error("--budget must be 0.01 to 100 and --qos-min-tps a positive number");
     if (opts.sample_hz < 1 || opts.sample_hz > 20000)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -53,7 +54,14 @@ RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(
         bound_ = std::make_unique<DbBound>(p_.tables, int64_t(p_.opts.max_db_mb * 1e6));
         consumer_->pause_every(size_t(DbBound::kCheckEvery * p_.opts.max_db_mb * 1e6), [this] { settle_bound(); });
     }
-    if (p_.opts.defer_mb > 0) consumer_->defer_up_to(size_t(p_.opts.defer_mb * 1e6));
+    if (p_.opts.defer_mb > 0) {
+        consumer_->defer_up_to(size_t(p_.opts.defer_mb * 1e6));
+        consumer_->on_stored([this] { commit(); });
+        // Said from the start: a recorder killed outright loses what it held, and the trace
+        // must say a deferred run began (the guardian's note names it).
+        set_meta(store::MetaKey::DeferMb, format_double(p_.opts.defer_mb, "%g"));
+        p_.tables.commit();
+    }
 }
 
 RecordingSession::~RecordingSession() {
@@ -172,6 +180,10 @@ void RecordingSession::store_loss_counts() {
     p_.tables.set_lost(store::kOpsCutAtEnd, ended_ ? p_.program.ops_pending() : 0);
     for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k) p_.tables.set_lost(drop_name(k), int64_t(p_.program.dropped(k)));
     p_.tables.set_lost("malformed", int64_t(writer_->malformed()));
+    // --defer-mb: records held in memory that a failed store left out.
+    const auto& not_stored = consumer_->not_stored();
+    for (uint32_t k = 1; k < PI_EV_KIND_MAX; ++k)
+        if (not_stored[k]) p_.tables.set_lost(std::string(store::kRecordKinds[k]) + "_not_stored", int64_t(not_stored[k]));
 }
 
 void RecordingSession::commit() {
@@ -197,6 +209,17 @@ void RecordingSession::write_budget_meta() {
     set_meta(K::BudgetGapCalls, std::to_string(b->gap()));
     set_meta(K::BudgetWindowCostCalls, std::to_string(b->last_window_cost()));
     set_meta(K::BudgetTracesEveryCall, b->tracing_every_call() ? "1" : "0");
+}
+
+// --duration ends a recording, not a call: no new call records operators, and the one under
+// way is let finish (bounded: a call that hangs is cut, and said so) so that the trace ends
+// whole — it was cut mid-graph and marked incomplete in 5 recordings of 5.
+void RecordingSession::end_after_the_call_under_way() {
+    p_.probes.ops_off();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((p_.program.decode_in_flight() || p_.program.ops_pending() > 0) && std::chrono::steady_clock::now() < deadline &&
+           !ended(pid_))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void RecordingSession::apply_gate() {
@@ -329,6 +352,7 @@ int RecordingSession::poll_until_exit() {
             pollfd t{timer, POLLIN, 0};
             if (::poll(&t, 1, 0) == 1) {
                 duration_reached_ = true;
+                end_after_the_call_under_way();
                 return -1;  // detached by the caller; the process goes on
             }
         }
@@ -371,13 +395,18 @@ int RecordingSession::finish(int status) {
     set_meta(store::MetaKey::RecorderCpuMs, format_double(own_cpu_ms_, "%.1f"));
     set_meta(store::MetaKey::RecorderWakeups, std::to_string(own_wakeups_));
     set_meta(store::MetaKey::RecorderMajorFaults, std::to_string(own_major_faults_));
-    consumer_->drain();
-    if (p_.opts.defer_mb > 0) {
-        // What was held, stored now that the target no longer decodes under the recorder.
-        consumer_->flush();
-        set_meta(store::MetaKey::DeferMb, format_double(p_.opts.defer_mb, "%g"));
-        set_meta(store::MetaKey::DeferredFlushes, std::to_string(consumer_->deferred_flushes()));
+    try {
+        consumer_->drain();
+        // --defer-mb: what was held, stored now that the target no longer decodes under the
+        // recorder.
+        if (p_.opts.defer_mb > 0) consumer_->flush();
+    } catch (const Error& e) {
+        // What was stored stays (stored in steps), the rest is counted lost, by kind.
+        stop_recording("storing into " + p_.opts.output.string() + ": " + e.what());
+        throw Error(recording_error_ + (p_.child ? " (recording stopped; the command ran on untraced)" : ""));
     }
+    if (p_.opts.defer_mb > 0)
+        set_meta(store::MetaKey::DeferredFlushes, std::to_string(consumer_->deferred_flushes()));
     ended_ = true;
     writer_->begin();
     store_loss_counts();
@@ -436,6 +465,9 @@ int RecordingSession::finish(int status) {
     set_meta(K::EndedAt, std::to_string(std::time(nullptr)));
     set_meta(K::Status, store::to_string(rs));
     writer_->commit();
+    // Before "(complete)" is said: the trace is one file, or the user is told what is beside it.
+    const std::string beside = p_.tables.finish();
+    if (!beside.empty()) std::cerr << "profinfer: warning: " << beside << "\n";
     if (!p_.probes.seen_role(LibRole::Llama) && guardian_resumes)
         throw Error("profinfer was stopped while the target waited at a loader stop; the guardian resumed it " +
                     std::to_string(guardian_resumes) +

@@ -79,6 +79,7 @@ private:
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;
+    void end_after_the_call_under_way();
     bool duration_reached_ = false;  // --duration ended the recording of an attached process
     double own_cpu_ms_ = 0;   // profinfer's threads while the target ran
     int64_t own_wakeups_ = 0;

@@ -65,6 +65,11 @@ void TraceWriter::commit() {
     tables_.commit();
 }
 
+void TraceWriter::rollback() noexcept {
+    pending_graph_nodes_.clear();
+    tables_.rollback();
+}
+
 // The graph's records name TENSOR: the first time in this graph, it gets a graph_nodes row
 // pointing at the tensor's details in force (none if they were lost: a lost node).
 void TraceWriter::note_node(uint64_t graph_seq, uint64_t tensor) {

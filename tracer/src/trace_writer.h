@@ -28,6 +28,9 @@ public:
     void write(const void* data, size_t size);
     void commit();
     void begin();
+    // A failed store (a full disk): the transaction under way goes whole, so that what is in
+    // the trace is exactly what was committed.
+    void rollback() noexcept;
 
     uint64_t count(uint32_t kind) const {
         auto it = counts_.find(kind);

@@ -257,6 +257,11 @@ int64_t TracerProgram::ops_pending() const {
     return std::max<int64_t>(sum, 0);
 }
 
+bool TracerProgram::decode_in_flight() const {
+    uint32_t key = 0;
+    return bpf_map_get_next_key(bpf_map__fd(skel_->maps.decode_entries), nullptr, &key) == 0;
+}
+
 uint64_t TracerProgram::lost(uint32_t kind) const { return skel_->bss->lost_events[kind]; }
 uint64_t TracerProgram::lost_total() const {
     uint64_t n = 0;

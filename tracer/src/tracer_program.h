@@ -59,6 +59,8 @@ public:
     void resume_if_held(pid_t target);
     // Node records the kernel side still holds for threads mid-graph.
     int64_t ops_pending() const;
+    // A llama_decode call of the target has begun and not yet returned (its entry is held).
+    bool decode_in_flight() const;
     uint64_t lost(uint32_t kind) const;     // records of KIND lost to a full ring buffer
     uint64_t lost_total() const;            // of every kind
     uint64_t dropped(uint32_t kind) const;  // data cut inside records (PI_DROP_*)

@@ -1,10 +1,16 @@
 #pragma once
 // Text from a trace (tensor names, commands, comms) is data, whoever wrote the trace:
 // every output format gets it through one of these, never raw.
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 namespace profinfer {
+
+// JSON text of J (INDENT as nlohmann's dump) whatever bytes its strings hold: a byte that is
+// not UTF-8 (a Latin-1 file name in the command line, a tensor name) becomes U+FFFD, the
+// replacement character that says a byte was replaced, instead of failing the whole output.
+std::string json_text(const nlohmann::json& j, int indent = -1);
 
 // For HTML text and attribute values.
 std::string html_escape(const std::string& s);

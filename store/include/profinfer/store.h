@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -89,11 +90,18 @@ public:
     std::vector<std::string> counter_names();
     void set_meta(MetaKey key, const std::string& value);
 
+    // A trace made here (Create), written to its end: made one self-contained file — out of
+    // the write-ahead log (retried while readers hold the file, up to PATIENCE), its indexes
+    // built. Returns "" when the file alone holds every row, or one line saying what is still
+    // beside it and what to do. Once; the destructor calls it when nobody did.
+    std::string finish(std::chrono::milliseconds patience = std::chrono::seconds(60));
+
 private:
     void initialise(Mode mode);  // schema (Create) or its version check (ReadOnly)
     std::filesystem::path path_;
     sqlite3* db_ = nullptr;
     bool writer_ = false;  // made by us (Create): left in rollback-journal mode when closed
+    bool finished_ = false;
 };
 
 // Run status written to meta.status: recording is in progress; it ended normally;

@@ -123,6 +123,7 @@ public:
     // Rows go in transactions: begin() opens one if none is open, commit() ends it.
     void begin();
     void commit();
+    void rollback() noexcept;  // the transaction under way, if any, undone
 
     int64_t add(const TokenRow& r);  // its id
     void add_ops_untraced(int64_t token_id);
@@ -152,6 +153,9 @@ public:
     int64_t calls_recorded();  // llama_decode calls in the trace
     // Copies the write-ahead log into the database and truncates it (no-op without one).
     void checkpoint();
+    // The recording is over: what is open committed, the trace made one file (Database::finish:
+    // "" or what is still beside it).
+    std::string finish();
     // Deletes the N oldest llama_decode calls whole (N < the calls recorded: the newest is
     // always kept) with everything recorded before the first call kept: its graphs, their
     // operators, nodes, experts, GPU events, batches' sequences, scheduler and QoS events.
