@@ -140,7 +140,11 @@ std::string Table::formatted(const std::string& format) const {
 Table Table::read_csv_file(const std::filesystem::path& f) {
     std::ifstream in(f);
     if (!in) throw Error("cannot read " + f.string());
-    return from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    try {
+        return from_csv(std::string(std::istreambuf_iterator<char>(in), {}));
+    } catch (const Error& e) {
+        throw Error(f.string() + ": " + e.what());  // the reader is told which file is bad
+    }
 }
 
 }  // namespace profinfer

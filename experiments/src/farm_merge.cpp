@@ -3,6 +3,8 @@
 // the boards side by side: every metric of table.csv with a column per board
 // (FARM/compare/<study>.csv), the decode speed as a Markdown table (.md) and as bars per
 // point and board with their 95 % intervals where the rounds give one (.png, .svg).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -130,16 +132,35 @@ FarmMerge merge_farm(const fs::path& farm) {
     std::sort(pairs.begin(), pairs.end());
     if (pairs.empty()) throw Error("no <board>/<study>/index.db under " + farm.string());
     FarmMerge out;
-    {
-        store::FarmIndex merged(farm / "farm.db");
+    // Built beside it and put in place whole: a bad index leaves the last farm.db as it was (it
+    // left a half-built one), and a link is not replaced.
+    const fs::path final = farm / "farm.db";
+    if (fs::is_symlink(final)) throw Error(final.string() + " is a symbolic link: not replaced (remove it, or merge elsewhere)");
+    const fs::path partial = farm / ("farm.db.partial-" + std::to_string(getpid()));
+    auto remove_partial = [&] {
+        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(partial.string() + suffix);
+    };
+    try {
+        store::FarmIndex merged(partial);
         for (const auto& [board, study] : pairs) {
-            store::ExperimentIndex index(farm / board / study / "index.db", store::ExperimentIndex::Mode::Read);
-            merged.add(board, study, index);
+            const fs::path file = farm / board / study / "index.db";
+            try {
+                store::ExperimentIndex index(file, store::ExperimentIndex::Mode::Read);
+                merged.add(board, study, index);
+            } catch (const Error& e) {
+                const std::string what = e.what();
+                throw Error(what.find(file.string()) == std::string::npos ? file.string() + ": " + what : what);
+            }
         }
         out.runs = merged.runs();
         out.boards = merged.boards();
+    } catch (...) {
+        remove_partial();
+        throw;
     }
-    out.written.push_back(farm / "farm.db");
+    fs::rename(partial, final);
+    remove_partial();
+    out.written.push_back(final);
     std::set<std::string> boards, studies;
     for (const auto& [b, s] : pairs) boards.insert(b), studies.insert(s);
     for (const auto& s : studies)

@@ -539,3 +539,41 @@ TEST(ResultsReadme, CommittedReadmeIsGeneratedFromTheCommittedTables) {
     EXPECT_EQ(read_file(d / "README.md"), read_file(host / "README.md"))
         << "results/host/README.md differs from what its tables give: run `build/profinfer experiment readme results/host`";
 }
+
+// experiment merge: a bad index is named, the last farm.db stays as it was (it was left
+// half-built), a farm.db that is a link is not replaced; experiment readme names a bad table.
+TEST(FarmMerge, ABadIndexIsNamedAndTheLastMergeStays) {
+    TempDir d;
+    const fs::path farm = d / "farm";
+    fs::create_directories(farm / "b1" / "s1");
+    {
+        store::ExperimentIndex ix(farm / "b1" / "s1" / "index.db", store::ExperimentIndex::Mode::Write);
+        ix.set_fact("name", "s1");
+        ix.put({.id = "p", .round = 1, .status = "done", .started_at = 1.0, .ended_at = 2.0});
+    }
+    auto good = run({profinfer_bin(), "experiment", "merge", farm.string()});
+    ASSERT_EQ(good.status, 0) << good.err;
+    const std::string before = read_file(farm / "farm.db");
+    ASSERT_FALSE(before.empty());
+    fs::create_directories(farm / "b2" / "s1");
+    std::ofstream(farm / "b2" / "s1" / "index.db") << "not a database, whatever a board sent back\n";
+    auto bad = run({profinfer_bin(), "experiment", "merge", farm.string()});
+    expect_one_line_failure(bad, (farm / "b2" / "s1" / "index.db").string());
+    EXPECT_EQ(read_file(farm / "farm.db"), before) << "the last merge was replaced by a half-built one";
+    for (const auto& e : fs::directory_iterator(farm))
+        EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
+    fs::remove(farm / "b2" / "s1" / "index.db");
+    fs::rename(farm / "farm.db", d / "elsewhere.db");
+    fs::create_symlink(d / "elsewhere.db", farm / "farm.db");
+    auto linked = run({profinfer_bin(), "experiment", "merge", farm.string()});
+    expect_one_line_failure(linked, "symbolic link");
+    EXPECT_TRUE(fs::is_symlink(farm / "farm.db"));
+
+    const fs::path results = d / "results";
+    fs::create_directories(results / "s1");
+    fs::copy_file(farm / "b1" / "s1" / "index.db", results / "s1" / "index.db");
+    std::ofstream(results / "s1" / "verdicts.csv") << "claim,metric\n\"unterminated,1,2,3\n";
+    auto readme = run({profinfer_bin(), "experiment", "readme", results.string()});
+    EXPECT_NE(readme.status, 0);
+    EXPECT_NE(readme.err.find("verdicts.csv"), std::string::npos) << readme.err;
+}

@@ -50,6 +50,17 @@ ExperimentIndex::ExperimentIndex(const std::filesystem::path& path, Mode mode) :
     db_ = mode == Mode::Read ? open_index(path, SQLITE_OPEN_READONLY, nullptr, "experiment index")
                              : open_index(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
                                           kIndexSchema, "experiment index");
+    if (mode == Mode::Read) {
+        // SQLite opens anything; the first query finds out. Asked here, so the error names the file.
+        char* err = nullptr;
+        if (sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, &err) != SQLITE_OK) {
+            std::string msg = err ? err : "?";
+            sqlite3_free(err);
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw Error(path.string() + " is not a readable experiment index: " + msg);
+        }
+    }
 }
 
 ExperimentIndex::~ExperimentIndex() { sqlite3_close(db_); }

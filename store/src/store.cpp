@@ -83,6 +83,7 @@ RunHealth run_health(Database& db) {
             h.reason = "the recorder (pid " + pid + ") ended without finishing the database";
         }
     }
+    if (meta.has(K::CallsDropped)) h.calls_dropped = meta.integer(K::CallsDropped);
     Statement st(db.handle(), "SELECT kind, count FROM lost_events WHERE count > 0");
     while (st.step()) {
         h.losses[st.column_text(0)] = st.column_int(1);
@@ -98,6 +99,10 @@ std::string health_warning(const std::filesystem::path& path, const RunHealth& h
     std::string lost;
     for (const auto& [k, n] : h.losses) lost += (lost.empty() ? "" : ", ") + std::to_string(n) + " " + k;
     if (!lost.empty()) w += (w.empty() ? "" : "; ") + std::string("lost or cut: ") + lost;
+    // Dropped by choice, not lost: said all the same, a reader's sums miss them.
+    if (h.calls_dropped > 0)
+        w += (w.empty() ? "" : "; ") + std::string("the oldest ") + std::to_string(h.calls_dropped) +
+             " llama_decode calls were dropped to keep --max-db-mb";
     if (w.empty()) return w;
     return "profinfer: warning: " + path.string() + ": " + w + " — results cover only what was recorded";
 }

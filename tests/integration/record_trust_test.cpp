@@ -168,5 +168,13 @@ TEST(RecordTrust, MeaninglessValuesAreRefusedInOneLine) {
     expect_one_line_failure(run({profinfer_bin(), "record", "--level", "token", "--qos-min-tps", "5", "-o", db, "--",
                                  "/bin/true"}),
                             "--qos-min-tps needs --level op or full");
+    // A process that has exited but is not reaped is named for what it is (not "statically
+    // linked?").
+    pid_t zombie = fork();
+    if (zombie == 0) _exit(0);
+    ASSERT_TRUE(wait_until([&] { return state_of(zombie) == 'Z'; }, std::chrono::seconds(10)));
+    expect_one_line_failure(run({profinfer_bin(), "record", "--pid", std::to_string(zombie), "-o", db}),
+                            "has exited (a zombie");
+    reap(zombie, std::chrono::seconds(10));
     EXPECT_FALSE(fs::exists(db));
 }

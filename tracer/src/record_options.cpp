@@ -73,6 +73,9 @@ void check_record_options(const RecordOptions& opts) {
     if (opts.pid && (*opts.pid <= 0 || !process_exists(*opts.pid)))
         throw Error("no process with pid " + std::to_string(*opts.pid));
     if (opts.pid && *opts.pid == getpid()) throw Error("profinfer cannot record itself");
+    if (opts.pid && process_state(*opts.pid) == 'Z')
+        throw Error("process " + std::to_string(*opts.pid) +
+                    " has exited (a zombie its parent has not reaped yet): nothing left to record");
     if (opts.qos_min_tps > 0 && opts.budget_pct > 0) throw Error("--qos-min-tps and --budget cannot be combined");
     if (opts.budget_pct > 0 && opts.level < TraceLevel::Op)
         throw Error("--budget needs --level op or full (it samples the operator level)");

@@ -122,6 +122,7 @@ struct RunHealth {
     std::string reason;                      // why it is not complete, when known
     std::map<std::string, int64_t> losses;   // kind → count, non-zero only
     int64_t lost_records = 0;                // records lost to a full ring buffer
+    int64_t calls_dropped = 0;               // the oldest calls dropped whole to keep --max-db-mb
 };
 RunHealth run_health(Database& db);
 // lost_events' kind for operator records of the graph under way when recording stopped
