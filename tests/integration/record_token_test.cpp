@@ -265,10 +265,13 @@ TEST(RecordToken, ServerRequestsMatchTheServersOwnTimings) {
     // end of the call computing its first output, and from there to the end of the call
     // computing its last. Each end of a server's window lies within the server's work between
     // two calls (batch building, sampling: the gaps between llama_decode calls, recorded), so
-    // ours agree within 10 % plus twice the longest such gap during the request.
+    // ours agree within 10 % plus twice the longest such gap that begins during the request —
+    // the one after its last call included: the server times its last token after that call,
+    // and a server thread preempted there (a busy machine: 3.7 ms in a CI run beside a build)
+    // shows as that gap, which ended after our window.
     store::Statement gaps(db.handle(),
                    "SELECT coalesce(max(next_start - end_ns), 0) FROM (SELECT end_ns, lead(start_ns) OVER (ORDER BY "
-                   "start_ns) AS next_start FROM calls) WHERE end_ns >= ? AND next_start <= ?");
+                   "start_ns) AS next_start FROM calls) WHERE end_ns >= ? AND end_ns <= ?");
     int timed = 0;
     std::istringstream again(read_file(d / "load.jsonl"));
     for (std::string line; std::getline(again, line);) {
