@@ -7,6 +7,25 @@
 
 /* glibc's loader calls _dl_debug_state (r_brk) before and after every change of the link
  * map: once the program's own libraries are mapped, and around each dlopen. */
+/* The first free slot (or the process's own) from tgid % PI_HELD_SLOTS on. Plain reads and
+ * writes (no compare-and-swap before Linux 5.12): user space only ever clears slots, so a slot
+ * seen free stays free but for another loader stop on another CPU at the same instant. With
+ * every slot taken, the process's own home slot is overwritten (more than 8 held at once). */
+static __always_inline void note_held(__u32 tgid)
+{
+	__u32 home = tgid & (PI_HELD_SLOTS - 1);
+#pragma unroll
+	for (__u32 i = 0; i < PI_HELD_SLOTS; i++) {
+		__u32 k = (home + i) & (PI_HELD_SLOTS - 1);
+		__u32 v = held_followers[k];
+		if (v == 0 || v == tgid) {
+			held_followers[k] = tgid;
+			return;
+		}
+	}
+	held_followers[home] = tgid;
+}
+
 SEC("uprobe")
 int BPF_KPROBE(dl_debug_state)
 {
@@ -26,7 +45,7 @@ int BPF_KPROBE(dl_debug_state)
 	 * the target too: user space may make a follower the target while the old one sits at
 	 * a stop of its own, and must resume both. */
 	if (bpf_send_signal(19 /* SIGSTOP */) == 0) {
-		held_followers[tgid & (PI_HELD_SLOTS - 1)] = tgid;
+		note_held(tgid);
 		__sync_fetch_and_add(&library_stops, 1);
 	}
 	struct pi_library_event *ev = reserve(PI_EV_LIBRARY, sizeof(*ev));

@@ -28,9 +28,11 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } followed SEC(".maps");
-/* Processes held at a loader stop (followers, and the target), by tgid % PI_HELD_SLOTS:
- * user space (and the guardian process, through its mapping of this .bss) resumes each and
- * clears its slot. */
+/* Processes held at a loader stop (followers, and the target), each in the first free slot
+ * from tgid % PI_HELD_SLOTS on: user space (and the guardian process, through its mapping of
+ * this .bss) resumes each and clears its slot. (One slot per tgid % 8 lost a follower whenever
+ * two held at once shared it: a wrapper's child stayed stopped for good, 1 launch in ~8 where
+ * the two overlapped, as a loaded machine makes them.) */
 #define PI_HELD_SLOTS 8
 __u32 held_followers[PI_HELD_SLOTS] = {};
 /* Stop the target when the dynamic loader changes its link map, so that user space can
