@@ -423,10 +423,7 @@ TEST(RecordAttach, DurationDetachesAndTheProcessGoesOn) {
     // A decode far longer than the recording on any machine (100000 tokens, no eval callback:
     // {"call":K} after each call); ended by the test once it has shown that it went on.
     pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "2", "--no-callback"}, d / "out");
-    auto calls_so_far = [&] {
-        const std::string out = read_file(d / "out");
-        return std::count(out.begin(), out.end(), '\n');
-    };
+    auto calls_so_far = [&] { return lines_in(d / "out"); };
     ASSERT_TRUE(wait_until([&] { return calls_so_far() >= 3; }, std::chrono::seconds(60)));
     const auto t0 = std::chrono::steady_clock::now();
     // Token level: what is tested is the bound, not the operator records (at op level a clean-

@@ -67,11 +67,7 @@ TEST(RecordTrust, ADurationTraceEndsWhole) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
     pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "1000000", "2", "--no-callback"}, d / "out");
-    auto calls = [&] {
-        const std::string out = read_file(d / "out");
-        return std::count(out.begin(), out.end(), '\n');
-    };
-    ASSERT_TRUE(wait_until([&] { return calls() >= 3; }, std::chrono::seconds(60)));
+    ASSERT_TRUE(wait_until([&] { return lines_in(d / "out") >= 3; }, std::chrono::seconds(60)));
     for (int round = 0; round < 3; ++round) {
         SCOPED_TRACE("recording " + std::to_string(round));
         const fs::path db = d / ("run" + std::to_string(round) + ".db");

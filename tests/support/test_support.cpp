@@ -37,6 +37,11 @@ std::string read_file(const fs::path& p) {
     return s.str();
 }
 
+int64_t lines_in(const fs::path& p) {
+    const std::string text = read_file(p);
+    return std::count(text.begin(), text.end(), '\n');
+}
+
 int64_t scalar_or_zero(const fs::path& db, const std::string& sql) {
     try {
         store::Database d(db, store::Database::Mode::ReadOnly);

@@ -101,6 +101,8 @@ std::string comm_of(pid_t pid);
 std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout);
 
 std::string read_file(const std::filesystem::path& p);
+// Whole lines in P so far (llama_graph_dump --no-callback prints one per llama_decode call).
+int64_t lines_in(const std::filesystem::path& p);
 // The first column of SQL's first row on the trace DB, or 0 while it cannot be read
 // (not created yet, its schema not committed yet): for readiness checks.
 int64_t scalar_or_zero(const std::filesystem::path& db, const std::string& sql);
