@@ -7,23 +7,13 @@
 
 /* glibc's loader calls _dl_debug_state (r_brk) before and after every change of the link
  * map: once the program's own libraries are mapped, and around each dlopen. */
-/* The first free slot (or the process's own) from tgid % PI_HELD_SLOTS on. Plain reads and
- * writes (no compare-and-swap before Linux 5.12): user space only ever clears slots, so a slot
- * seen free stays free but for another loader stop on another CPU at the same instant. With
- * every slot taken, the process's own home slot is overwritten (more than 8 held at once). */
-static __always_inline void note_held(__u32 tgid)
+/* Notes the process as held (BPF_NOEXIST: a process noted already keeps its element, which
+ * user space's walk of the map must not see move). False if the map is full. */
+static __always_inline bool note_held(__u32 tgid)
 {
-	__u32 home = tgid & (PI_HELD_SLOTS - 1);
-#pragma unroll
-	for (__u32 i = 0; i < PI_HELD_SLOTS; i++) {
-		__u32 k = (home + i) & (PI_HELD_SLOTS - 1);
-		__u32 v = held_followers[k];
-		if (v == 0 || v == tgid) {
-			held_followers[k] = tgid;
-			return;
-		}
-	}
-	held_followers[home] = tgid;
+	__u32 one = 1;
+	long err = bpf_map_update_elem(&held, &tgid, &one, BPF_NOEXIST);
+	return err == 0 || err == -17 /* EEXIST */;
 }
 
 SEC("uprobe")
@@ -45,8 +35,10 @@ int BPF_KPROBE(dl_debug_state)
 	 * the target too: user space may make a follower the target while the old one sits at
 	 * a stop of its own, and must resume both. */
 	if (bpf_send_signal(19 /* SIGSTOP */) == 0) {
-		note_held(tgid);
-		__sync_fetch_and_add(&library_stops, 1);
+		if (note_held(tgid))
+			__sync_fetch_and_add(&library_stops, 1);
+		else /* 1024 processes held at once: this one goes on, untraced until next time */
+			bpf_send_signal(18 /* SIGCONT: cancels the pending SIGSTOP */);
 	}
 	struct pi_library_event *ev = reserve(PI_EV_LIBRARY, sizeof(*ev));
 	if (ev) {

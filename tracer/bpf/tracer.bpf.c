@@ -28,13 +28,18 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } followed SEC(".maps");
-/* Processes held at a loader stop (followers, and the target), each in the first free slot
- * from tgid % PI_HELD_SLOTS on: user space (and the guardian process, through its mapping of
- * this .bss) resumes each and clears its slot. (One slot per tgid % 8 lost a follower whenever
- * two held at once shared it: a wrapper's child stayed stopped for good, 1 launch in ~8 where
- * the two overlapped, as a loaded machine makes them.) */
-#define PI_HELD_SLOTS 8
-__u32 held_followers[PI_HELD_SLOTS] = {};
+/* Processes held at a loader stop (followers, and the target), by tgid: user space (the
+ * recorder, or the guardian process through a descriptor of this map) deletes each and
+ * resumes the ones it deleted, so a process is resumed by one of them, once. A hash map, not
+ * slots in .bss: two CPUs noting two processes at once must not pick the same free slot
+ * (no compare-and-swap before 5.12); under load a preempted handler kept that window open,
+ * and one follower of six stayed stopped for good in 3 runs of 5. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} held SEC(".maps");
 /* Stop the target when the dynamic loader changes its link map, so that user space can
  * attach to a just-loaded library before any of its code runs. */
 const volatile bool stop_on_library_load = false;

@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -35,7 +38,8 @@ char state_of(pid_t pid) {
 
 struct Message {
     // 'n' the database is ours, 't' the target (its pidfd), 'c' the cgroup (text), 'b' the
-    // .bss (with a descriptor), 's' started, 'd' dismissed
+    // .bss (with a descriptor), 'h' the map of held processes (its descriptor), 's' started,
+    // 'd' dismissed
     char what;
     size_t size;
     TargetGuardian::StopCounts at;
@@ -45,6 +49,7 @@ struct Message {
 // The loader-stop counts in the BPF object's .bss, once the recorder sent it.
 struct Stops {
     unsigned char* base = nullptr;
+    int held_fd = -1;
     TargetGuardian::StopCounts at{};
     volatile uint64_t& at_offset(size_t o) const { return *reinterpret_cast<volatile uint64_t*>(base + o); }
     bool held() const {
@@ -57,9 +62,8 @@ struct Stops {
         if (stops == at_offset(at.resumes)) return false;
         __atomic_store_n(&at_offset(at.resumes), stops, __ATOMIC_RELEASE);
         if (by_guardian) __atomic_fetch_add(&at_offset(at.guardian_resumes), 1, __ATOMIC_RELAXED);
-        auto* held = reinterpret_cast<uint32_t*>(base + at.held_followers);
-        for (size_t i = 0; i < at.n_held; ++i)
-            if (const uint32_t f = __atomic_exchange_n(&held[i], 0u, __ATOMIC_ACQ_REL)) kill(pid_t(f), SIGCONT);
+        if (held_fd >= 0)
+            for (const pid_t f : take_held_processes(held_fd)) kill(f, SIGCONT);
         pidfd_send_signal(target_fd, SIGCONT);
         return true;
     }
@@ -113,6 +117,10 @@ struct Stops {
                 void* base = mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
                 ::close(fd);  // the mapping keeps the map, and nothing else, alive
                 if (base != MAP_FAILED) stops.base = static_cast<unsigned char*>(base), stops.at = m.at;
+            }
+            if (m.what == 'h' && c && c->cmsg_type == SCM_RIGHTS) {
+                if (stops.held_fd >= 0) ::close(stops.held_fd);
+                std::memcpy(&stops.held_fd, CMSG_DATA(c), sizeof stops.held_fd);  // a map: keeps no probe alive
             }
         } else if (p[0].revents & (POLLHUP | POLLERR)) {
             break;
@@ -197,8 +205,26 @@ void TargetGuardian::send(char what, int fd, size_t size, StopCounts at, const s
         if (errno != EINTR) throw_errno("telling the guardian process");
 }
 
-void TargetGuardian::watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets) {
+void TargetGuardian::watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets, int held_map_fd) {
+    send('h', held_map_fd);  // first: the guardian resumes from the counts only once it can take the held
     send('b', bss_map_fd, bss_size, offsets);
+}
+
+std::vector<pid_t> take_held_processes(int held_map_fd) {
+    // Keys first, then the deletes: a walk that deleted as it went would restart at the
+    // first key each time the one it stands on is gone. A key deleted by the other taker
+    // meanwhile restarts the walk too: bounded, the rest is left for the next look.
+    std::vector<uint32_t> keys;
+    uint32_t key = 0;
+    for (int n = 0; n < 4096; ++n) {
+        if (bpf_map_get_next_key(held_map_fd, keys.empty() ? nullptr : &keys.back(), &key) != 0) break;
+        if (std::find(keys.begin(), keys.end(), key) != keys.end()) break;  // restarted
+        keys.push_back(key);
+    }
+    std::vector<pid_t> taken;
+    for (const uint32_t k : keys)
+        if (bpf_map_delete_elem(held_map_fd, &k) == 0) taken.push_back(pid_t(k));
+    return taken;
 }
 
 void TargetGuardian::started() { send('s'); }

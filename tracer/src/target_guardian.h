@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace profinfer {
 
@@ -20,6 +21,12 @@ namespace profinfer {
 // - a memory cgroup of the launched command is removed once the command has exited.
 // Dismissed on every orderly exit, where the recorder does all of this itself.
 // Started first, before the database exists: every step after it is covered.
+// The processes held at loader stops (tgid keys of the BPF map HELD_MAP_FD), taken: each
+// deleted from the map, and returned only if this caller's delete removed it, so that the
+// recorder and the guardian never both resume one stop. Every process noted before the call
+// and not taken by the other is among them; one noted meanwhile may be left for next time.
+std::vector<pid_t> take_held_processes(int held_map_fd);
+
 class TargetGuardian {
 public:
     explicit TargetGuardian(const std::filesystem::path& db);
@@ -28,14 +35,13 @@ public:
     TargetGuardian& operator=(const TargetGuardian&) = delete;
 
     // The BPF object's .bss (an mmapable array map) with the loader-stop count the kernel
-    // side bumps, the resume count user space keeps, the guardian's own resume count (byte
-    // offsets of three u64s) and the followers held: the guardian maps it and closes the
-    // descriptor.
+    // side bumps, the resume count user space keeps and the guardian's own resume count (byte
+    // offsets of three u64s): the guardian maps it and closes the descriptor. HELD_MAP_FD:
+    // the map of processes held at loader stops (take_held_processes), kept by the guardian.
     struct StopCounts {
         size_t stops, resumes, guardian_resumes;
-        size_t held_followers, n_held;  // u32 pids of other processes a loader stop holds
     };
-    void watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets);
+    void watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets, int held_map_fd);
     // The database is ours (created new): removed if the recording never begins.
     void created_database();
     // The process to resume: the launched command or attached process, later a process

@@ -223,11 +223,11 @@ bool TracerProgram::target_held() const {
 TracerProgram::Held TracerProgram::take_held() {
     Held h;
     if (!skel_) return h;
-    // A process's slot is written before its SIGSTOP, and the count after it: read the
-    // count first, and every stop it includes has its process in a slot read after.
+    // A process is noted after its SIGSTOP and counted after that: read the count first,
+    // and every stop it includes has its process in the map read after (or taken by the
+    // guardian, which resumes it).
     h.stops = __atomic_load_n(&skel_->bss->library_stops, __ATOMIC_ACQUIRE);
-    for (auto& slot : skel_->bss->held_followers)
-        if (const pid_t f = pid_t(__atomic_exchange_n(&slot, 0u, __ATOMIC_ACQ_REL))) h.pids.push_back(f);
+    h.pids = take_held_processes(bpf_map__fd(skel_->maps.held));
     return h;
 }
 
@@ -277,8 +277,8 @@ void TracerProgram::hand_stops_to(TargetGuardian& guardian) const {
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     guardian.watch_stops(bpf_map__fd(skel_->maps.bss), (bpf_map__value_size(skel_->maps.bss) + page - 1) / page * page,
                          {at(&skel_->bss->library_stops), at(&skel_->bss->library_resumes),
-                          at(&skel_->bss->guardian_resumes), at(&skel_->bss->held_followers[0]),
-                          std::size(skel_->bss->held_followers)});
+                          at(&skel_->bss->guardian_resumes)},
+                         bpf_map__fd(skel_->maps.held));
 }
 
 void TracerProgram::retarget(pid_t target) {

@@ -44,7 +44,7 @@ public:
     // A loader stop of ours holds the target (the kernel side stopped it more often than
     // it was resumed, by us or by the guardian).
     bool target_held() const;
-    // The processes held at loader stops, taken: the stop count first, then the slots (so a
+    // The processes held at loader stops, taken: the stop count first, then the map (so a
     // stop counted in it has its process among them; a later one is left for next time).
     struct Held {
         uint64_t stops = 0;
