@@ -96,7 +96,8 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--defer-mb", opts->defer_mb,
                     "Keep the records in memory, up to M MB, and store them only when that fills or the recording "
                     "ends: the writer's work (about 1 µs per operator record) off the CPUs the target decodes on. A "
-                    "recorder killed outright loses what it held; meta defer_mb, deferred_flushes")
+                    "recorder killed outright loses what it held, and the trace counts it (lost_events <kind>_not_stored); meta "
+                    "defer_mb, deferred_flushes")
         ->check(number_in(1, 65536));
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();

@@ -128,16 +128,16 @@ TEST(CliTrust, TextThatIsNotUtf8IsValidInEveryJsonOutput) {
     const std::string replacement = "\xEF\xBF\xBD";
     auto info = run({profinfer_bin(), "info", db, "--json"});
     ASSERT_EQ(info.status, 0) << info.err;
-    EXPECT_NO_THROW((void)nlohmann::json::parse(info.out)) << info.out;
+    EXPECT_TRUE(nlohmann::json::accept(info.out)) << info.out;
     EXPECT_NE(info.out.find("mod" + replacement + "le.gguf"), std::string::npos) << info.out;
     auto timeline = run({profinfer_bin(), "timeline", db, "-o", d / "trace.json"});
     ASSERT_EQ(timeline.status, 0) << timeline.err;
     const std::string events = read_file(d / "trace.json");
-    EXPECT_NO_THROW((void)nlohmann::json::parse(events));
+    EXPECT_TRUE(nlohmann::json::accept(events));
     EXPECT_NE(events.find("Qcur-0" + replacement), std::string::npos);
     auto stat = run({profinfer_bin(), "stat", db, "--by", "op", "--format", "json"});
     ASSERT_EQ(stat.status, 0) << stat.err;
-    EXPECT_NO_THROW((void)nlohmann::json::parse(stat.out)) << stat.out;
+    EXPECT_TRUE(nlohmann::json::accept(stat.out)) << stat.out;
 }
 
 // A link is neither written through nor replaced: refused in one line, link and target

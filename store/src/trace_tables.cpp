@@ -311,18 +311,35 @@ void TraceTables::set_lost(const std::string& kind, int64_t count) { st_->lost.b
 
 // What the recorder would have written had it lived. Only a run still marked running
 // is touched: the recorder may have finished its own bookkeeping before it died.
-void mark_recorder_died(const std::filesystem::path& trace) noexcept try {
+void mark_recorder_died(const std::filesystem::path& trace,
+                        const std::vector<std::pair<std::string, int64_t>>& not_stored,
+                        const std::string& where) noexcept try {
     sqlite3* db = nullptr;
     if (sqlite3_open_v2(trace.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr) == SQLITE_OK) {
         sqlite3_busy_timeout(db, 5000);
-        const std::string sql = std::string("BEGIN;") +
-                                "INSERT OR REPLACE INTO meta(key, value) SELECT '" + name(MetaKey::Error) +
+        const std::string running =
+            std::string("(SELECT value FROM meta WHERE key = '") + name(MetaKey::Status) + "') = 'running'";
+        int64_t calls = 0, records = 0;
+        std::string lost_rows;
+        for (const auto& [kind, n] : not_stored) {  // kinds are ours (kRecordKinds), counts numbers
+            if (kind == "token_not_stored") calls = n;
+            records += n;
+            if (n == 0) continue;
+            lost_rows += "INSERT INTO lost_events(kind, count) SELECT '" + kind + "', " + std::to_string(n) + " WHERE " +
+                         running + " ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count;";
+        }
+        const std::string held =
+            not_stored.empty()
+                ? "'; the records it held in memory for --defer-mb (up to ' || value || ' MB), not yet stored, were "
+                  "lost with it'"
+                : "'; the records it held in memory for --defer-mb, not yet stored, were lost with it: " +
+                      std::to_string(calls) + " llama_decode calls (" + std::to_string(records) +
+                      " records in all, counted in lost_events" + (where.empty() ? "" : "; " + where) + ")'";
+        const std::string sql = "BEGIN;" + lost_rows + "INSERT OR REPLACE INTO meta(key, value) SELECT '" +
+                                name(MetaKey::Error) +
                                 "', 'the recorder died during the recording (killed or crashed); the target went on "
-                                "untraced' || coalesce((SELECT '; the records it held in memory for --defer-mb (up to ' || "
-                                "value || ' MB), not yet stored, were lost with it' FROM meta WHERE key = '" +
-                                name(MetaKey::DeferMb) + "'), '') WHERE (SELECT value FROM meta WHERE key = '" +
-                                name(MetaKey::Status) +
-                                "') = 'running';"
+                                "untraced' || coalesce((SELECT " + held + " FROM meta WHERE key = '" +
+                                name(MetaKey::DeferMb) + "'), '') WHERE " + running + ";" +
                                 "UPDATE meta SET value = 'incomplete' WHERE key = '" + name(MetaKey::Status) +
                                 "' AND value = 'running';"
                                 "COMMIT;";

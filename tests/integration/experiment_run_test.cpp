@@ -231,16 +231,6 @@ std::string with_gen(std::string spec, const std::string& gen) {
     return spec;
 }
 
-// Orphans (a killed runner's recorder and llama-bench) come back to this test to be reaped.
-struct Subreaper {
-    Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
-    ~Subreaper() {
-        prctl(PR_SET_CHILD_SUBREAPER, 0);
-        while (waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
-    }
-};
-
 bool gone(pid_t pid) { return state_of(pid) == 0 || state_of(pid) == 'Z'; }
 }  // namespace
 

@@ -39,23 +39,6 @@ std::string health_of(const fs::path& db) {
     return store::run_health(d).status;
 }
 
-// The child of PROFINFER that runs the command (not the guardian, not yet-held).
-pid_t launched_child(pid_t profinfer, const std::string& comm_prefix) {
-    for (pid_t c : children_of(profinfer))
-        if (comm_of(c).rfind(comm_prefix, 0) == 0) return c;
-    return 0;
-}
-
-// Orphans (the target, the guardian) come back to this test to be reaped.
-struct Subreaper {
-    Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
-    ~Subreaper() {
-        prctl(PR_SET_CHILD_SUBREAPER, 0);
-        while (waitpid(-1, nullptr, WNOHANG) > 0) {
-        }
-    }
-};
-
 // profinfer record of 16 calls of the release-library llama_graph_dump into D/run.db
 // (output D/out, D/err): it dlopens 14 CPU variants, many loader stops to be caught in.
 pid_t record_release_dump(const TempDir& d) {
@@ -287,24 +270,6 @@ TEST(TargetSafety, AWrapperHeldAtALoaderStopWhenItsChildBecomesTheTargetIsResume
 }
 
 namespace {
-
-// Processes a test started that would run for minutes: killed when it ends, however it ends
-// (a failed assertion returns early). Through pidfds: never a later process with a reused pid.
-class KillAtExit {
-public:
-    void add(pid_t pid) {
-        if (int fd = int(syscall(SYS_pidfd_open, pid, 0)); fd >= 0) fds_.push_back(fd);
-    }
-    ~KillAtExit() {
-        for (int fd : fds_) {
-            syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
-            close(fd);
-        }
-    }
-
-private:
-    std::vector<int> fds_;
-};
 
 // record --pid TARGET into DB until it holds more than 20 calls, then SIGINT, as a user
 // stops an attach. --consumer normal: the test reads the database while it records (idle,

@@ -115,37 +115,71 @@ TEST(RecordTrust, ADeferredStoreOnAFullDiskKeepsWhatFitsAndCountsTheRest) {
     EXPECT_EQ(t.meta()[store::MetaKey::DeferMb], "64");
 }
 
-// kill -9 of a deferring recorder: what it held is gone with it (nothing can store it), and
-// the trace says so — the guardian's note names --defer-mb, and meta says a deferred run began.
-TEST(RecordTrust, AKilledDeferringRecorderSaysWhatItHeldIsLost) {
+// kill -9 of a deferring recorder, at five moments (the target stops itself once call K has
+// returned, so that the test knows how many calls it made): what it held is gone with it, and
+// the trace counts it — the guardian adds the recorder's count of records held in memory and
+// what was still in the ring buffer to lost_events (`token_not_stored`: llama_decode calls),
+// and its note names --defer-mb. Calls kept plus calls counted lost are the calls made.
+// --defer-mb 1: some moments fall after a store of what was held. (The guardian counts the
+// ring buffer once the recorder is gone: a target resumed meanwhile would add calls.)
+TEST(RecordTrust, AKilledDeferringRecorderCountsWhatItHeld) {
     PROFINFER_REQUIRE_BPF();
-    TempDir d;
-    const fs::path db = d / "run.db";
-    pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "--defer-mb", "64", "-o", db.string(), "--",
-                       graph_dump_bin().string(), tiny_model("llama3.2-1b").string(), "Hello world",
-                       "1000", "2", "--no-callback"},
-                      d / "out", d / "err");
-    ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("{\"call\":20}") != std::string::npos; },
-                           std::chrono::seconds(120)));
-    kill(rec, SIGKILL);
-    reap(rec, std::chrono::seconds(30));
-    ASSERT_TRUE(wait_until(
-        [&] {
-            try {
-                store::Database t(db, store::Database::Mode::ReadOnly);
-                return store::run_health(t).status == "incomplete";
-            } catch (const std::exception&) {
-                return false;
-            }
-        },
-        std::chrono::seconds(30)));
-    store::Database t(db, store::Database::Mode::ReadOnly);
-    EXPECT_EQ(t.meta()[store::MetaKey::DeferMb], "64");
-    const std::string why = t.meta()[store::MetaKey::Error];
-    EXPECT_NE(why.find("--defer-mb"), std::string::npos) << why;
-    auto info = run({profinfer_bin(), "info", db});
-    EXPECT_NE((info.out + info.err).find("--defer-mb"), std::string::npos) << info.out << info.err;
-    // The command goes on untraced to its end (a few seconds of decoding), as after any kill -9.
+    Subreaper reaper;
+    for (const int k : {0, 10, 60, 200, 400}) {
+        TempDir d;
+        const fs::path db = d / "run.db";
+        // Under a shell that forks it: the launched command (the shell) is continued when
+        // profinfer dies (PR_SET_PDEATHSIG), its child stays stopped where it stopped itself.
+        const std::string dump = "GRAPH_DUMP_STOP_AFTER=" + std::to_string(k) + " " + graph_dump_bin().string() + " " +
+                                 tiny_model("llama3.2-1b").string() + " 'Hello world' 1000 2 --no-callback; :";
+        pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "--defer-mb", "1", "-o", db.string(), "--",
+                           "/bin/sh", "-c", dump},
+                          d / "out", d / "err");
+        KillAtExit cleanup;
+        cleanup.add(rec);
+        const std::string last = "{\"call\":" + std::to_string(k) + "}";
+        ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find(last) != std::string::npos; },
+                               std::chrono::seconds(120)))
+            << read_file(d / "err");
+        const pid_t shell = launched_child(rec, "sh");
+        ASSERT_GT(shell, 0);
+        const auto dumps = children_of(shell);
+        ASSERT_EQ(dumps.size(), 1u);
+        const pid_t target = dumps[0];
+        cleanup.add(target);
+        ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, std::chrono::seconds(30)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the recorder has read the ring buffer, or not
+        kill(rec, SIGKILL);
+        reap(rec, std::chrono::seconds(30));
+        ASSERT_TRUE(wait_until(
+            [&] {
+                try {
+                    store::Database t(db, store::Database::Mode::ReadOnly);
+                    return t.meta()[store::MetaKey::Status] == "incomplete";  // the guardian's note is in
+                } catch (const std::exception&) {
+                    return false;
+                }
+            },
+            std::chrono::seconds(30)));
+        const int64_t kept = scalar_or_zero(db, "SELECT count(*) FROM tokens");
+        const int64_t lost = scalar_or_zero(db, "SELECT count FROM lost_events WHERE kind = 'token_not_stored'");
+        EXPECT_EQ(kept + lost, k + 1) << "call " << k << ": " << kept << " calls kept, " << lost << " counted lost";
+        EXPECT_GT(scalar_or_zero(db, "SELECT count FROM lost_events WHERE kind = 'op_not_stored'") +
+                      scalar_or_zero(db, "SELECT count(*) FROM ops"),
+                  0);
+        store::Database t(db, store::Database::Mode::ReadOnly);
+        EXPECT_EQ(t.meta()[store::MetaKey::DeferMb], "1");
+        const std::string why = t.meta()[store::MetaKey::Error];
+        EXPECT_NE(why.find("--defer-mb"), std::string::npos) << why;
+        EXPECT_NE(why.find(std::to_string(lost) + " llama_decode calls"), std::string::npos) << why;
+        auto info = run({profinfer_bin(), "info", db});
+        EXPECT_NE((info.out + info.err).find("--defer-mb"), std::string::npos) << info.out << info.err;
+        std::cerr << "call " << k << ": " << kept << " calls kept, " << lost << " counted lost\n";
+        EXPECT_EQ(state_of(target), 'T') << "the stopped target was resumed";
+        kill(target, SIGKILL);
+        kill(target, SIGCONT);
+        reap(shell, std::chrono::seconds(30));  // the shell (an orphan now ours) ends with it
+    }
 }
 
 // Values that mean nothing are refused before anything runs, in one line naming the value

@@ -173,9 +173,14 @@ int main(int argc, char** argv) {
     llama_token next;
     static volatile sig_atomic_t stop = 0;
     signal(SIGUSR1, [](int) { stop = 1; });
+    // GRAPH_DUMP_STOP_AFTER=K: the program stops itself (SIGSTOP) once call K has returned
+    // and been printed, a moment at which the test knows exactly how many calls were made.
+    const char* stop_after = std::getenv("GRAPH_DUMP_STOP_AFTER");
+    const int stop_at = stop_after ? std::atoi(stop_after) : -1;
     for (g_call = 0; g_call < n_predict && !stop; ++g_call) {
         if (llama_decode(ctx, batch)) return std::fprintf(stderr, "llama_decode failed\n"), 1;
         if (!callback) std::printf("{\"call\":%d}\n", g_call), std::fflush(stdout);
+        if (g_call == stop_at) raise(SIGSTOP);
         next = llama_sampler_sample(smpl, ctx, -1);
         batch = llama_batch_get_one(&next, 1);
     }

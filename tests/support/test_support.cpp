@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -95,6 +97,29 @@ namespace {
     _exit(127);
 }
 }  // namespace
+
+pid_t launched_child(pid_t profinfer, const std::string& comm_prefix) {
+    for (pid_t c : children_of(profinfer))
+        if (comm_of(c).rfind(comm_prefix, 0) == 0) return c;
+    return 0;
+}
+
+Subreaper::Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+Subreaper::~Subreaper() {
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+}
+
+void KillAtExit::add(pid_t pid) {
+    if (int fd = int(syscall(SYS_pidfd_open, pid, 0)); fd >= 0) fds_.push_back(fd);
+}
+KillAtExit::~KillAtExit() {
+    for (int fd : fds_) {
+        syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+        close(fd);
+    }
+}
 
 pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
     pid_t pid = fork();

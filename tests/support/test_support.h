@@ -97,6 +97,27 @@ struct ProcStat {
 std::optional<ProcStat> proc_stat(pid_t pid);
 char state_of(pid_t pid);
 std::string comm_of(pid_t pid);
+// The child of PROFINFER whose name starts with COMM_PREFIX (the launched command, not the
+// guardian), or 0.
+pid_t launched_child(pid_t profinfer, const std::string& comm_prefix);
+
+// While it lives, orphans of this test's children (a killed recorder's target, the guardian)
+// come back to it; at its end they are reaped.
+struct Subreaper {
+    Subreaper();
+    ~Subreaper();
+};
+
+// Processes a test started that would run for minutes: killed when it ends, however it ends
+// (a failed assertion returns early). Through pidfds: never a later process with a reused pid.
+class KillAtExit {
+public:
+    void add(pid_t pid);
+    ~KillAtExit();
+
+private:
+    std::vector<int> fds_;
+};
 // waitpid with a timeout: the exit status (128+signal when killed), or nothing.
 std::optional<int> reap(pid_t pid, std::chrono::milliseconds timeout);
 

@@ -10,6 +10,28 @@
 
 namespace profinfer {
 
+void count_record(const void* data, size_t size, uint64_t* by_kind) {
+    if (size < sizeof(pi_event_header)) return;
+    pi_event_header h;
+    std::memcpy(&h, data, sizeof h);
+    if (h.kind >= PI_EV_KIND_MAX) return;
+    uint64_t count = 1;
+    if (h.kind == PI_EV_OP && size >= sizeof(pi_op_event)) {
+        pi_op_event ev;
+        std::memcpy(&ev, data, sizeof ev);
+        count = ev.n;
+    }
+    by_kind[h.kind] += count;
+}
+
+void EventConsumer::add_held(const void* data, size_t size, bool remove) {
+    if (!held_) return;
+    uint64_t by_kind[PI_EV_KIND_MAX] = {};
+    count_record(data, size, by_kind);
+    for (size_t k = 0; k < PI_EV_KIND_MAX; ++k)
+        if (by_kind[k]) __atomic_fetch_add(&held_[k], remove ? -by_kind[k] : by_kind[k], __ATOMIC_RELAXED);
+}
+
 EventConsumer::EventConsumer(int ringbuf_fd, TraceWriter& writer, OperatorGate* gate, const ProbeAttacher& probes)
     : writer_(writer), gate_(gate), probes_(probes) {
     rb_ = ring_buffer__new(ringbuf_fd, &EventConsumer::on_event, this, nullptr);
@@ -35,6 +57,7 @@ int EventConsumer::handle(const void* data, size_t size) {
         deferred_.insert(deferred_.end(), reinterpret_cast<const unsigned char*>(&n),
                          reinterpret_cast<const unsigned char*>(&n) + sizeof n);
         deferred_.insert(deferred_.end(), b, b + size);
+        add_held(data, size, false);
     } else {
         try {
             writer_.write(data, size);
@@ -71,8 +94,13 @@ int EventConsumer::handle(const void* data, size_t size) {
 void EventConsumer::flush() {
     struct Clear {  // stored or not (a failure stops the recording), never stored twice
         std::vector<unsigned char>& v;
-        ~Clear() { v.clear(); }
-    } clear{deferred_};
+        uint64_t* held;
+        ~Clear() {
+            v.clear();
+            if (held)  // stored, or counted in not_stored by the recorder itself
+                for (size_t k = 0; k < PI_EV_KIND_MAX; ++k) __atomic_store_n(&held[k], 0, __ATOMIC_RELAXED);
+        }
+    } clear{deferred_, held_};
     // Small steps: on a nearly full disk what fits is kept (a 400 KB tmpfs kept 0 calls when
     // everything went in one transaction, and still 0 in 256-KB steps); a commit in the
     // write-ahead log costs no sync.
@@ -91,9 +119,16 @@ void EventConsumer::flush() {
             if (stored_ && (since_stored += n) >= kStoreEvery) {
                 since_stored = 0;
                 stored_();
+                for (size_t k = at_stored; k < at;) {  // no longer held: stored for good
+                    uint32_t m;
+                    std::memcpy(&m, deferred_.data() + k, sizeof m);
+                    add_held(deferred_.data() + k + sizeof m, m, true);
+                    k += sizeof m + m;
+                }
                 at_stored = at;
             }
         }
+        if (stored_ && since_stored) stored_();  // the tail too: nothing counted held is stored uncommitted
     } catch (const Error& e) {
         // From the last step stored on: that step's transaction goes whole (a full disk may or
         // may not have rolled it back), and its records are counted, by kind, as lost.
@@ -103,17 +138,7 @@ void EventConsumer::flush() {
             uint32_t n;
             std::memcpy(&n, deferred_.data() + k, sizeof n);
             k += sizeof n;
-            if (n >= sizeof(pi_event_header) && k + n <= deferred_.size()) {
-                pi_event_header h;
-                std::memcpy(&h, deferred_.data() + k, sizeof h);
-                uint64_t count = 1;
-                if (h.kind == PI_EV_OP && n >= sizeof(pi_op_event)) {
-                    pi_op_event ev;
-                    std::memcpy(&ev, deferred_.data() + k, sizeof ev);
-                    count = ev.n;
-                }
-                if (h.kind < PI_EV_KIND_MAX) not_stored_[h.kind] += count;
-            }
+            if (k + n <= deferred_.size()) count_record(deferred_.data() + k, n, not_stored_.data());
             k += n;
             ++records;
         }

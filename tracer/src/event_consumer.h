@@ -17,6 +17,10 @@ struct ring_buffer;
 
 namespace profinfer {
 
+// Adds the record DATA (SIZE bytes) to BY_KIND (PI_EV_KIND_MAX counters): one per record,
+// operator records one per node, as lost_events counts them.
+void count_record(const void* data, size_t size, uint64_t* by_kind);
+
 class EventConsumer {
 public:
     // GATE: nullptr when the operator probes are never switched.
@@ -43,6 +47,9 @@ public:
     // (not_stored) and profinfer::Error says so, naming the trace.
     void flush();
     void on_stored(std::function<void()> stored) { stored_ = std::move(stored); }
+    // --defer-mb: the records held, by kind (count_record), kept in HELD (PI_EV_KIND_MAX
+    // counters in a page the guardian shares: a recorder killed outright leaves them there).
+    void count_held_in(uint64_t* held) { held_ = held; }
     // Times drain() found BYTES held and stored them.
     int64_t deferred_flushes() const { return deferred_flushes_; }
     // Records held for --defer-mb that a failed store left out, by record kind (operator
@@ -73,6 +80,8 @@ private:
     int64_t deferred_flushes_ = 0;
     std::function<void()> stored_;
     std::array<uint64_t, PI_EV_KIND_MAX> not_stored_{};
+    uint64_t* held_ = nullptr;
+    void add_held(const void* data, size_t size, bool remove);
 };
 
 }  // namespace profinfer

@@ -57,6 +57,8 @@ RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(
     if (p_.opts.defer_mb > 0) {
         consumer_->defer_up_to(size_t(p_.opts.defer_mb * 1e6));
         consumer_->on_stored([this] { commit(); });
+        consumer_->count_held_in(p_.guardian.deferred_held());
+        p_.guardian.watch_ring(bpf_map__fd(p_.program.skel()->maps.events));
         // Said from the start: a recorder killed outright loses what it held, and the trace
         // must say a deferred run began (the guardian's note names it).
         set_meta(store::MetaKey::DeferMb, format_double(p_.opts.defer_mb, "%g"));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +19,9 @@
 #include <fstream>
 #include <string>
 
+#include "event_consumer.h"
 #include "profinfer/error.h"
+#include "profinfer/events.h"
 #include "profinfer/trace_tables.h"
 
 namespace profinfer {
@@ -38,8 +41,8 @@ char state_of(pid_t pid) {
 
 struct Message {
     // 'n' the database is ours, 't' the target (its pidfd), 'c' the cgroup (text), 'b' the
-    // .bss (with a descriptor), 'h' the map of held processes (its descriptor), 's' started,
-    // 'd' dismissed
+    // .bss (with a descriptor), 'h' the map of held processes (its descriptor), 'r' the ring
+    // buffer (its descriptor, --defer-mb), 's' started, 'd' dismissed
     char what;
     size_t size;
     TargetGuardian::StopCounts at;
@@ -69,11 +72,37 @@ struct Stops {
     }
 };
 
-[[noreturn]] void guard(int sock, int recorder_fd, pid_t recorder, const std::string& db) {
+// What a recorder killed outright held for --defer-mb (RING_FD: the ring buffer, only then):
+// its count of records held in memory, and the records it had not yet read from the ring
+// buffer, by kind; the llama_decode calls of each in WHERE.
+std::vector<std::pair<std::string, int64_t>> lost_with_recorder(const uint64_t* held, int ring_fd, std::string& where) {
+    if (ring_fd < 0) return {};
+    uint64_t by_kind[PI_EV_KIND_MAX] = {};
+    for (size_t k = 0; k < PI_EV_KIND_MAX; ++k) by_kind[k] = __atomic_load_n(&held[k], __ATOMIC_RELAXED);
+    const uint64_t calls_held = by_kind[PI_EV_TOKEN];
+    {
+        auto count = [](void* ctx, void* data, size_t size) {
+            count_record(data, size, static_cast<uint64_t*>(ctx));
+            return 0;
+        };
+        if (ring_buffer* rb = ring_buffer__new(ring_fd, count, by_kind, nullptr)) {
+            ring_buffer__consume(rb);
+            ring_buffer__free(rb);
+        }
+    }
+    where = std::to_string(calls_held) + " held in memory, " + std::to_string(by_kind[PI_EV_TOKEN] - calls_held) +
+            " not yet read from the ring buffer";
+    std::vector<std::pair<std::string, int64_t>> lost{{"token_not_stored", int64_t(by_kind[PI_EV_TOKEN])}};
+    for (size_t k = 1; k < PI_EV_KIND_MAX; ++k)
+        if (by_kind[k] && k != PI_EV_LIBRARY && k != PI_EV_TOKEN) lost.emplace_back(std::string(store::kRecordKinds[k]) + "_not_stored", int64_t(by_kind[k]));
+    return lost;
+}
+
+[[noreturn]] void guard(int sock, int recorder_fd, pid_t recorder, const std::string& db, const uint64_t* held) {
     // The terminal's ^C and ^Z reach the whole process group: the guardian stays for the end.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE}) signal(sig, SIG_IGN);
     Stops stops;
-    int target_fd = -1;
+    int target_fd = -1, ring_fd = -1;
     std::string cgroup;
     bool ours = false, started = false;
     int stopped_polls = 0;  // consecutive polls that saw profinfer stopped
@@ -118,6 +147,10 @@ struct Stops {
                 ::close(fd);  // the mapping keeps the map, and nothing else, alive
                 if (base != MAP_FAILED) stops.base = static_cast<unsigned char*>(base), stops.at = m.at;
             }
+            if (m.what == 'r' && c && c->cmsg_type == SCM_RIGHTS) {
+                if (ring_fd >= 0) ::close(ring_fd);
+                std::memcpy(&ring_fd, CMSG_DATA(c), sizeof ring_fd);
+            }
             if (m.what == 'h' && c && c->cmsg_type == SCM_RIGHTS) {
                 if (stops.held_fd >= 0) ::close(stops.held_fd);
                 std::memcpy(&stops.held_fd, CMSG_DATA(c), sizeof stops.held_fd);  // a map: keeps no probe alive
@@ -140,7 +173,9 @@ struct Stops {
     }
     stops.release(target_fd, true);
     if (started) {
-        store::mark_recorder_died(db);
+        std::string where;
+        const auto lost = lost_with_recorder(held, ring_fd, where);
+        store::mark_recorder_died(db, lost, where);
     } else if (ours) {  // nothing ran traced and nothing was recorded: no database to block the retry
         for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((db + suffix).c_str());
     }
@@ -165,6 +200,9 @@ TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
         throw_errno("starting the guardian process");
     }
     const std::string db_path = std::filesystem::absolute(db).string();
+    void* page = mmap(nullptr, sizeof(uint64_t) * PI_EV_KIND_MAX, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) throw_errno("starting the guardian process");
+    held_ = static_cast<uint64_t*>(page);
     const pid_t recorder = getpid();
     guardian_ = fork();
     if (guardian_ < 0) throw_errno("starting the guardian process");
@@ -176,7 +214,7 @@ TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
         int null = open("/dev/null", O_RDWR);
         for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
         if (null > 4) close(null);
-        guard(3, 4, recorder, db_path);
+        guard(3, 4, recorder, db_path, held_);
     }
     ::close(sv[1]);
     ::close(recorder_fd);
@@ -228,6 +266,7 @@ std::vector<pid_t> take_held_processes(int held_map_fd) {
 }
 
 void TargetGuardian::started() { send('s'); }
+void TargetGuardian::watch_ring(int ring_map_fd) { send('r', ring_map_fd); }
 void TargetGuardian::created_database() { send('n'); }
 void TargetGuardian::set_cgroup(const std::filesystem::path& cgroup) { send('c', -1, 0, {}, cgroup.string()); }
 
@@ -252,6 +291,7 @@ TargetGuardian::~TargetGuardian() {
         ::close(sock_);
     }
     if (guardian_ > 0) waitpid(guardian_, nullptr, 0);
+    if (held_) munmap(held_, sizeof(uint64_t) * PI_EV_KIND_MAX);
 }
 
 }  // namespace profinfer

@@ -42,6 +42,12 @@ public:
         size_t stops, resumes, guardian_resumes;
     };
     void watch_stops(int bss_map_fd, size_t bss_size, StopCounts offsets, int held_map_fd);
+    // --defer-mb: PI_EV_KIND_MAX counters of the records the recorder holds in memory, by
+    // kind, in a page shared with the guardian (EventConsumer::count_held_in), and the ring
+    // buffer (its descriptor kept by the guardian): after a recorder killed outright, what
+    // both held is counted lost in the trace (`<kind>_not_stored`) and named in its error.
+    uint64_t* deferred_held() const { return held_; }
+    void watch_ring(int ring_map_fd);
     // The database is ours (created new): removed if the recording never begins.
     void created_database();
     // The process to resume: the launched command or attached process, later a process
@@ -55,6 +61,7 @@ public:
 private:
     void send(char what, int fd = -1, size_t size = 0, StopCounts at = {}, const std::string& text = {});
     pid_t guardian_ = -1;
+    uint64_t* held_ = nullptr;
     int sock_ = -1;
 };
 

@@ -172,6 +172,10 @@ private:
 
 // The recorder died during its recording (TargetGuardian, in a process of its own): a
 // trace still marked running is marked incomplete with the reason. Never throws.
-void mark_recorder_died(const std::filesystem::path& trace) noexcept;
+// NOT_STORED: records the recorder held for --defer-mb, by lost_events kind
+// (`<kind>_not_stored`), counted lost and named in the error, with WHERE they were.
+void mark_recorder_died(const std::filesystem::path& trace,
+                        const std::vector<std::pair<std::string, int64_t>>& not_stored = {},
+                        const std::string& where = {}) noexcept;
 
 }  // namespace profinfer::store
