@@ -1,6 +1,7 @@
 // Whatever happens to profinfer, the target goes on: kill -9 at a loader stop (launched)
 // and while attached (--pid), a signal while the BPF objects load, a full disk.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <algorithm>
@@ -340,6 +342,80 @@ TEST(TargetSafety, ACommandThatIgnoresTheSignalIsNeverKilled) {
     EXPECT_NE(meta[store::MetaKey::Error].find("had not exited"), std::string::npos) << meta[store::MetaKey::Error];
     store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
     EXPECT_GE(db.scalar("SELECT count(*) FROM tokens"), recorded) << "recording went on after the first ^C";
+}
+
+// ^C at a terminal (a pty here) reaches the whole foreground process group, the launched
+// command included: profinfer must not forward a second copy of it. The command counts its
+// SIGINTs: one ^C, one SIGINT (it used to get two — llama-cli ends at its second); a
+// second ^C stops the recording, and what profinfer says of the command is what became
+// of it (here it traps SIGINT and runs on).
+TEST(TargetSafety, ATerminalsCtrlCReachesTheCommandOnce) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ASSERT_GE(master, 0);
+    ASSERT_EQ(grantpt(master), 0);
+    ASSERT_EQ(unlockpt(master), 0);
+    const std::string slave = ptsname(master);
+    const std::string count = (d / "sigints").string();
+    // A shell that counts its SIGINTs while llama.cpp runs in the background (where a
+    // non-interactive shell has SIGINT ignored: the recording goes on).
+    const std::string dump = graph_dump_bin().string() + " " + tiny_model("llama3.2-1b").string() +
+                             " 'Hello world' 100000 2 --no-callback > /dev/null";
+    const std::string script = "trap 'echo int >> " + count + "' INT; " + dump + " & while :; do wait; done";
+    const std::string prof_bin = profinfer_bin().string(), out = (d / "out").string(), err = (d / "err").string(),
+                      db = (d / "run.db").string();
+    const std::string status_file = (d / "status").string();
+    // A session leader with the pty as its terminal, as a login shell is: it ignores ^C, runs
+    // profinfer in its (foreground) process group, writes its exit status and stays (its end
+    // would hang the terminal up, SIGHUP to the group).
+    const pid_t leader = fork();
+    if (leader == 0) {
+        setsid();
+        const int tty = open(slave.c_str(), O_RDWR);  // the session's controlling terminal
+        const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (tty < 0 || o < 0 || e < 0) _exit(126);
+        dup2(tty, 0), dup2(o, 1), dup2(e, 2);
+        signal(SIGINT, SIG_IGN);
+        const pid_t p = fork();
+        if (p == 0) {
+            signal(SIGINT, SIG_DFL);
+            execl(prof_bin.c_str(), prof_bin.c_str(), "record", "--level", "token", "-o", db.c_str(), "--", "/bin/bash",
+                  "-c", script.c_str(), static_cast<char*>(nullptr));
+            _exit(127);
+        }
+        int st = 0;
+        while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+        }
+        const std::string text = std::to_string(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        const int f = open(status_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (f >= 0 && write(f, text.data(), text.size()) >= 0) close(f);
+        for (;;) pause();
+    }
+    KillAtExit cleanup;
+    cleanup.add(leader);
+    pid_t prof = 0;
+    ASSERT_TRUE(wait_until([&] { return (prof = launched_child(leader, "profinfer")) > 0; }, 30s));
+    pid_t command = 0;
+    ASSERT_TRUE(wait_until([&] { return (command = launched_child(prof, "bash")) > 0; }, 30s)) << read_file(d / "err");
+    cleanup.add(command);
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 2; }, 60s))
+        << read_file(d / "err");
+    ASSERT_EQ(write(master, "\x03", 1), 1);
+    ASSERT_TRUE(wait_until([&] { return fs::exists(count); }, 10s));
+    std::this_thread::sleep_for(1s);  // a forwarded copy would follow within milliseconds
+    EXPECT_EQ(read_file(d / "sigints"), "int\n") << "one ^C, SIGINTs the command got";
+    EXPECT_FALSE(fs::exists(status_file)) << "profinfer ended while its command still ran: " << read_file(d / "err");
+    ASSERT_EQ(write(master, "\x03", 1), 1);
+    ASSERT_TRUE(wait_until([&] { return fs::exists(status_file); }, 30s)) << "a second ^C did not end profinfer";
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(read_file(status_file), std::to_string(128 + SIGINT)) << read_file(d / "err");
+    EXPECT_EQ(read_file(d / "sigints"), "int\nint\n");
+    EXPECT_NE(read_file(d / "err").find("runs on untraced"), std::string::npos) << read_file(d / "err");
+    EXPECT_NE(state_of(command), 'Z');
+    close(master);
 }
 
 // Six followers of the launched command at loader stops at once (a shell starting six

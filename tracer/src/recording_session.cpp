@@ -368,11 +368,19 @@ int RecordingSession::poll_until_exit() {
             // the command running untraced (profinfer never kills what it started).
             if (!forwarded) {
                 interrupted_by_ = sig;
-                p_.child->signal(sig);
+                // A terminal's ^C reached the command already (it runs in our process group):
+                // a second copy would be a second ^C to it (llama-cli ends at its second).
+                if (!stop_signals::last_from_terminal()) p_.child->signal(sig);
                 p_.program.resume_if_held(pid_);  // a command held at a loader stop must see the signal
                 forwarded = stop_signals::count();
             } else if (stop_signals::count() > forwarded) {
                 left_running_ = true;
+                // A terminal's second ^C reaches the command too (the whole process group):
+                // what is said at the end is what became of it, looked at for a moment.
+                for (int i = 0; i < 20 && !ended_too_; ++i) {
+                    ended_too_ = p_.child->poll_exit().has_value();
+                    if (!ended_too_) ::usleep(10000);
+                }
                 return -1;
             }
         }
@@ -439,8 +447,8 @@ int RecordingSession::finish(int status) {
     if (lost_total) error = std::to_string(lost_total) + " records lost (ring buffer full)";
     if (left_running_)
         error += std::string(error.empty() ? "" : "; ") + "the command (pid " + std::to_string(pid_) +
-                 ") had not exited after " + strsignal(interrupted_by_) +
-                 "; recording stopped at a second signal and it ran on untraced";
+                 ") had not exited after " + strsignal(interrupted_by_) + "; recording stopped at a second signal" +
+                 (ended_too_ ? " and the command ended with it" : " and it ran on untraced");
     if (guardian_resumes)
         error += std::string(error.empty() ? "" : "; ") + "profinfer was stopped while the target waited at " +
                  std::to_string(guardian_resumes) +
@@ -500,7 +508,8 @@ void RecordingSession::print_summary(store::RunStatus rs, int64_t cut, const std
         std::cerr << "profinfer: " << cut << " operator records of the graph under way when recording stopped were cut\n";
     if (left_running_)
         std::cerr << "profinfer: the command (pid " << pid_ << ") had not exited after " << strsignal(interrupted_by_)
-                  << "; it runs on untraced\n";
+                  << (ended_too_ ? "; it ended at the second one too (a terminal's ^C reaches its whole process group)\n"
+                                 : "; it runs on untraced\n");
     if (p_.program.guardian_resumes())
         std::cerr << "profinfer: warning: " << error.substr(error.find("profinfer was stopped")) << "\n";
     for (uint32_t k = 0; k < PI_DROP_KIND_MAX; ++k)

@@ -85,6 +85,7 @@ private:
     int64_t own_wakeups_ = 0;
     int64_t own_major_faults_ = 0;
     bool left_running_ = false;  // a second stop signal: the launched command runs on untraced
+    bool ended_too_ = false;     // ... or it ended at that signal as well
 };
 
 }  // namespace profinfer

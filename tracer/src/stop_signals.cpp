@@ -17,8 +17,12 @@ namespace profinfer::stop_signals {
 namespace {
 std::atomic<int> g_last{0};
 std::atomic<int> g_count{0};
+std::atomic<bool> g_from_terminal{false};
 int g_fd = -1;
-extern "C" void on_stop_signal(int sig) {
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
+    // The tty driver (^C, ^\\, a hangup) signals the whole foreground process group with
+    // SI_KERNEL; kill(2) and sigqueue(3) say SI_USER / SI_QUEUE.
+    g_from_terminal = info && info->si_code == SI_KERNEL;
     g_last = sig;
     ++g_count;
     if (g_fd >= 0) {
@@ -33,12 +37,14 @@ extern "C" void on_stop_signal(int sig) {
 void install() {
     if (g_fd < 0) g_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct sigaction sa{};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal;
+    sa.sa_flags = SA_SIGINFO;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
 int last() { return g_last.load(); }
 int count() { return g_count.load(); }
+bool last_from_terminal() { return g_from_terminal.load(); }
 int fd() { return g_fd; }
 
 void throw_if_stopped(const char* when) {

@@ -8,6 +8,9 @@ namespace profinfer::stop_signals {
 void install();
 int last();   // the last stop signal, 0 if none arrived
 int count();  // how many arrived
+// The last one came from the terminal (^C, a hangup): it reached the whole foreground
+// process group, a command launched in ours included.
+bool last_from_terminal();
 // An eventfd that each stop signal writes to (after noting it): readable from the first
 // one on, so that a loop sleeping in epoll wakes for it instead of polling a flag on a
 // timer. Valid after install(); reading it is the caller's choice (level: stays readable).
