@@ -125,10 +125,11 @@ Table stats_table(store::Database& db, const std::string& by) {
             }
         }
         Table t = rows({"request", "seq", "first_call", "last_call", "start_ms", "prompt_tokens", "generated", "ttft_ms",
-                        "decode_ms", "op_ms", "op_share_pct"},
+                        "decode_ms", "op_ms", "op_share_pct", "begun_before"},
                        "SELECT request, seq, first_call, last_call, (start_ns - (SELECT min(start_ns) FROM calls)) / 1e6, "
                        "prompt_tokens, generated, ttft_ns / 1e6, decode_ns / 1e6, op_ns / 1e6, "
-                       "100.0 * op_ns / (SELECT max(1, sum(dur_ns)) FROM node_times) FROM requests ORDER BY request");
+                       "100.0 * op_ns / (SELECT max(1, sum(dur_ns)) FROM node_times), begun_before FROM requests "
+                       "ORDER BY request");
         t.columns.insert(t.columns.begin() + 9, "tpot_median_ms");
         t.columns.insert(t.columns.begin() + 10, "tpot_p90_ms");
         for (auto& r : t.rows) {

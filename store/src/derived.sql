@@ -161,7 +161,7 @@ WITH r AS (SELECT c.call, c.start_ns, c.end_ns, c.n_tokens AS call_tokens, b.row
      k AS (SELECT q.*, dense_rank() OVER (ORDER BY first_call, seq, nth) - 1 AS request FROM q),
      t AS (SELECT call, sum(dur_ns) AS op_ns FROM node_times GROUP BY call)
 SELECT k.request, k.seq, k.call, k.start_ns, k.end_ns, k.call_tokens, sum(k.n_tokens) AS tokens, sum(k.outputs) AS outputs,
-       max(k.outputs_before = 0) AS prompt, min(k.pos) AS first_pos,
+       max(k.outputs_before = 0) AS prompt, min(k.pos) AS first_pos, max(k.prev_last IS NULL) AS opens_seq,
        coalesce(t.op_ns, 0) * sum(k.n_tokens) / max(1, k.call_tokens) AS op_ns
 FROM k LEFT JOIN t ON t.call = k.call
 GROUP BY k.request, k.seq, k.call;
@@ -170,15 +170,25 @@ GROUP BY k.request, k.seq, k.call;
 -- generated (its outputs: the tokens sampled for it), ttft_ns (from its first call's start
 -- to the end of the call computing its first output), decode_ns (from there to the end of
 -- the call computing its last output), op_ns (its apportioned operator time).
+-- begun_before: the request may have begun before the first call the trace holds — the
+-- trace missed calls at its start (an attach: meta attached; or --max-db-mb dropped the
+-- oldest) and the request is the first of its sequence there, not at position 0. Its start
+-- is not seen: prompt_tokens and ttft_ns are NULL, not a 1-token "prompt" and an invented
+-- time to first token.
 CREATE TEMP VIEW requests AS
 WITH f AS (SELECT request, min(CASE WHEN outputs > 0 THEN call END) AS first_out_call,
-                  max(CASE WHEN outputs > 0 THEN call END) AS last_out_call FROM request_calls GROUP BY request)
+                  max(CASE WHEN outputs > 0 THEN call END) AS last_out_call FROM request_calls GROUP BY request),
+     m AS (SELECT EXISTS (SELECT 1 FROM meta WHERE key = 'attached' AND value = '1') OR
+                  coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'calls_dropped'), 0) > 0 AS start_missed),
+     b AS (SELECT r.request, max(r.opens_seq) AND min(r.first_pos) > 0 AND (SELECT start_missed FROM m) AS begun_before
+           FROM request_calls r GROUP BY r.request)
 SELECT r.request, r.seq, min(r.call) AS first_call, max(r.call) AS last_call, min(r.start_ns) AS start_ns,
        min(r.first_pos) AS first_pos,
-       sum(CASE WHEN r.prompt THEN r.tokens ELSE 0 END) AS prompt_tokens,
+       CASE WHEN b.begun_before THEN NULL ELSE sum(CASE WHEN r.prompt THEN r.tokens ELSE 0 END) END AS prompt_tokens,
        sum(r.outputs) AS generated,
-       (SELECT end_ns FROM calls WHERE call = f.first_out_call) - min(r.start_ns) AS ttft_ns,
+       CASE WHEN b.begun_before THEN NULL
+            ELSE (SELECT end_ns FROM calls WHERE call = f.first_out_call) - min(r.start_ns) END AS ttft_ns,
        (SELECT end_ns FROM calls WHERE call = f.last_out_call) - (SELECT end_ns FROM calls WHERE call = f.first_out_call) AS decode_ns,
-       sum(r.op_ns) AS op_ns
-FROM request_calls r JOIN f ON f.request = r.request
+       sum(r.op_ns) AS op_ns, b.begun_before
+FROM request_calls r JOIN f ON f.request = r.request JOIN b ON b.request = r.request
 GROUP BY r.request;

@@ -16,6 +16,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::TargetCommand, "target_command", "when the launched command started the llama.cpp process (a shell, timeout): that process's command line"},
         {K::Pid, "pid", "the traced process"},
         {K::LaunchedPid, "launched_pid", "then: the process profinfer launched (pid is the llama.cpp one)"},
+        {K::Attached, "attached",
+         "1: record --pid attached to a running process, whose calls before the attach are not in the trace (a "
+         "request under way then is marked begun_before in requests)"},
         {K::Host, "host", "the machine's host name"},
         {K::Kernel, "kernel", "uname: system, release, machine"},
         {K::EventsVersion, "events_version",

@@ -2,6 +2,12 @@
 // written through TraceTables and read back as written, lost records of every kind counted.
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include <tuple>
+
+#include <optional>
+
 #include <unistd.h>
 
 #include <fstream>
@@ -154,6 +160,48 @@ TEST(TraceTables, EveryTableReadsBackAsWritten) {
     EXPECT_EQ(db.scalar("SELECT count(*) FROM counters WHERE available = 1 AND reason IS NULL"), 1);
     EXPECT_EQ(db.scalar("SELECT start_ns FROM qos_events WHERE action = 'detach'"), 2990);
     EXPECT_EQ(db.scalar("SELECT count FROM lost_events WHERE kind = 'gpu'"), 4);
+}
+
+// A server's trace (two sequences): seq 0 is under way when the trace begins (its first run
+// a 1-token decode at position 40), seq 1 begins in it at position 0. Attached, or with the
+// oldest calls dropped, seq 0's request may have begun before the trace: no prompt, no TTFT
+// (it used to show a 1-token prompt and an invented TTFT); seq 1's is whole. Launched with
+// nothing dropped, a request's first run is its start wherever it is.
+TEST(Requests, ARequestBegunBeforeTheTraceHasNoInventedStart) {
+    TempDir d;
+    auto make = [&](const std::string& name, std::optional<store::MetaKey> key, const std::string& value) {
+        const fs::path p = d / name;
+        store::Database db(p, store::Database::Mode::Create);
+        store::TraceTables t(db);
+        t.begin();
+        if (key) t.set_meta(*key, value);
+        // call 0: seq 0 decodes at 40; seq 1's 5-token prompt; call 1, 2: one token each
+        const int64_t c0 = t.add(store::TokenRow{10, 11, 0, 1000, 2000, 6, 0});
+        t.add(store::BatchSeqRow{c0, 0, 40, 1, 1});
+        t.add(store::BatchSeqRow{c0, 1, 0, 5, 1});
+        for (int64_t i = 1; i <= 2; ++i) {
+            const int64_t c = t.add(store::TokenRow{10, 11, 0, 1000 + 1000 * i * 2, 2000 + 1000 * i * 2, 2, 0});
+            t.add(store::BatchSeqRow{c, 0, 40 + i, 1, 1});
+            t.add(store::BatchSeqRow{c, 1, 4 + i, 1, 1});
+        }
+        t.commit();
+        return p;
+    };
+    for (const auto& [name, key, value] :
+         std::vector<std::tuple<std::string, std::optional<store::MetaKey>, std::string>>{
+             {"attached.db", store::MetaKey::Attached, "1"}, {"dropped.db", store::MetaKey::CallsDropped, "12"}}) {
+        store::Database db(make(name, key, value), store::Database::Mode::ReadOnly);
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM requests"), 2) << name;
+        EXPECT_EQ(db.scalar("SELECT begun_before FROM requests WHERE seq = 0"), 1) << name;
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM requests WHERE seq = 0 AND prompt_tokens IS NULL AND ttft_ns IS NULL"), 1)
+            << name;
+        EXPECT_EQ(db.scalar("SELECT generated FROM requests WHERE seq = 0"), 3) << name;
+        EXPECT_EQ(db.scalar("SELECT begun_before FROM requests WHERE seq = 1"), 0) << name;
+        EXPECT_EQ(db.scalar("SELECT prompt_tokens FROM requests WHERE seq = 1"), 5) << name;
+        EXPECT_EQ(db.scalar("SELECT ttft_ns FROM requests WHERE seq = 1"), 1000) << name;
+    }
+    store::Database launched(make("launched.db", std::nullopt, ""), store::Database::Mode::ReadOnly);
+    EXPECT_EQ(launched.scalar("SELECT count(*) FROM requests WHERE begun_before = 0 AND ttft_ns IS NOT NULL"), 2);
 }
 
 // The kinds that are whole records (the event header's kinds) count as lost records, the

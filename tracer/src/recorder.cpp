@@ -88,6 +88,7 @@ public:
         if (opts_.pid) {
             pid_ = *opts_.pid;
             set_meta(K::Command, read_cmdline(pid_));
+            set_meta(K::Attached, "1");
         } else {
             child_ = std::make_unique<LaunchedProcess>(opts_.command);
             pid_ = child_->pid();

@@ -15,7 +15,7 @@ namespace profinfer::store {
 
 enum class MetaKey {
     // the run
-    Status, Error, Level, Board, Command, TargetCommand, Pid, LaunchedPid, Host, Kernel, EventsVersion, Clock,
+    Status, Error, Level, Board, Command, TargetCommand, Pid, LaunchedPid, Attached, Host, Kernel, EventsVersion, Clock,
     StartedAt, EndedAt, TargetExitStatus, InterruptedBy, DurationS, MaxDbMb, CallsDropped, DeferMb, DeferredFlushes,
     // the recorder process (a run marked running whose recorder is gone is incomplete)
     RecorderPid, RecorderStart,
