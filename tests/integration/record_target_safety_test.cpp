@@ -306,6 +306,40 @@ std::vector<int64_t> ops_per_decode_call(const fs::path& db) {
 }
 }  // namespace
 
+// A library replaced on disk under a running process (an upgrade under a server: a new file
+// at the path, the old one still mapped): `record --pid` records it, through
+// /proc/PID/map_files — the path names a file the process does not run, whose probes would
+// never fire (it used to end "is it a llama.cpp program?"). libllama (where llama_decode
+// is) comes from a copy the test then replaces.
+TEST(TargetSafety, ALibraryReplacedOnDiskIsStillRecorded) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    auto ldd = run({"ldd", graph_dump_bin().string()});
+    ASSERT_EQ(ldd.status, 0) << ldd.err;
+    const auto at = ldd.out.find("libllama.so.0 => ");
+    ASSERT_NE(at, std::string::npos) << ldd.out;
+    const std::string line = ldd.out.substr(at + 17, ldd.out.find(' ', at + 17) - (at + 17));
+    const fs::path original = fs::canonical(line);
+    fs::create_directories(d / "lib");
+    const fs::path copy = d / "lib" / "libllama.so.0";
+    fs::copy_file(original, copy);
+    std::vector<std::string> argv{"env", "LD_LIBRARY_PATH=" + (d / "lib").string()};
+    for (const auto& a : long_dump()) argv.push_back(a);
+    const pid_t target = spawn(argv, d / "out");
+    KillAtExit cleanup;
+    cleanup.add(target);
+    ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
+    ASSERT_NE(read_file("/proc/" + std::to_string(target) + "/maps").find(copy.string()), std::string::npos);
+    fs::remove(copy);
+    fs::copy_file(original, copy);  // a new file at the same path
+    ASSERT_NE(read_file("/proc/" + std::to_string(target) + "/maps").find(copy.string() + " (deleted)"),
+              std::string::npos);
+    attach_twenty_calls_then_interrupt(target, d / "run.db", d / "err");
+    EXPECT_GT(scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens"), 20) << read_file(d / "err");
+    EXPECT_GT(scalar_or_zero(d / "run.db", "SELECT count(*) FROM ops"), 0);
+}
+
 // The launched command ignores SIGINT: profinfer forwards the ^C and goes on recording for
 // as long as the command runs (it used to SIGKILL it 5 s later); a second ^C stops the
 // recording and leaves the command running, untraced, never killed.

@@ -182,6 +182,19 @@ TEST(RecordTrust, AKilledDeferringRecorderCountsWhatItHeld) {
     }
 }
 
+// profinfer itself in a PID namespace of its own (a container without --pid=host): the
+// kernel side would never match its processes; refused in one line saying so, before any
+// database (it used to record nothing and ask "is it a llama.cpp program?").
+TEST(RecordTrust, ProfinferInAPidNamespaceOfItsOwnIsRefusedInOneLine) {
+    PROFINFER_REQUIRE_BPF();  // root, for unshare --pid
+    TempDir d;
+    const fs::path db = d / "run.db";
+    auto r = run({"unshare", "--pid", "--fork", "--mount-proc", profinfer_bin().string(), "record", "-o", db.string(), "--",
+                  graph_dump_bin().string(), tiny_model("llama3.2-1b").string(), "Hello world", "4", "2"});
+    expect_one_line_failure(r, "runs in a PID namespace of its own");
+    EXPECT_FALSE(fs::exists(db));
+}
+
 // Values that mean nothing are refused before anything runs, in one line naming the value
 // (no "internal error", no 309-digit bound, nothing accepted that cannot hold).
 TEST(RecordTrust, MeaninglessValuesAreRefusedInOneLine) {

@@ -67,7 +67,24 @@ const char* to_string(SchedPeers p) {
 
 const char* const kDefaultCounters = "cycles,stalled-cycles-backend,cache-misses,major-faults,minor-faults,task-clock";
 
+namespace {
+// profinfer in a PID namespace of its own (a container without --pid=host, unshare --pid):
+// the kernel side knows every process by its id in the initial namespace, profinfer by its
+// id here, and the two never match (it used to end "is it a llama.cpp program?"). The
+// initial namespace's inode is fixed (PROC_PID_INIT_INO).
+void refuse_a_pid_namespace_of_our_own() {
+    std::error_code ec;
+    const std::string ns = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+    if (ec || ns.empty() || ns == "pid:[4026531836]") return;
+    throw Error("profinfer runs in a PID namespace of its own (" + ns +
+                "): the kernel side sees the host's process ids, which never match the ones profinfer sees here; run "
+                "it in the host's PID namespace (docker run --pid=host, or outside unshare --pid) — the command it "
+                "records may have a namespace of its own");
+}
+}  // namespace
+
 void check_record_options(const RecordOptions& opts) {
+    refuse_a_pid_namespace_of_our_own();
     if (!opts.pid && opts.command.empty()) throw Error("record needs --pid PID or a command after --");
     if (opts.pid && !opts.command.empty()) throw Error("record takes --pid PID or a command, not both");
     if (opts.pid && (*opts.pid <= 0 || !process_exists(*opts.pid)))

@@ -64,14 +64,21 @@ std::vector<MappedLibrary> mapped_libraries(pid_t pid) {
         ls >> range >> perms >> offset >> dev >> inode;
         std::getline(ls >> std::ws, path);
         if (path.empty() || path[0] != '/' || perms.size() < 3 || perms[2] != 'x') continue;
-        if (path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0) continue;
         const auto dash = range.find('-');
         const MappedLibrary::Segment seg{std::stoull(range.substr(0, dash), nullptr, 16),
                                          std::stoull(range.substr(dash + 1), nullptr, 16), std::stoull(offset, nullptr, 16)};
-        path = root + path;
-        if (seen.insert(path).second) out.push_back({path, classify_library(path), {}});
+        // A file replaced or removed on disk since it was mapped (an upgrade under a running
+        // server): the path now names another file, or none. The process still runs the old
+        // one, which /proc/PID/map_files reaches (root only): probes and symbols go there.
+        const bool deleted = path.size() > 10 && path.compare(path.size() - 10, 10, " (deleted)") == 0;
+        if (deleted) path.resize(path.size() - 10);
+        const std::string name = root + path;
+        if (seen.insert(name).second) {
+            const fs::path at = deleted ? fs::path("/proc/" + std::to_string(pid) + "/map_files/" + range) : fs::path(name);
+            out.push_back({at, classify_library(name), {}, deleted ? name : std::string()});
+        }
         for (auto& lib : out)
-            if (lib.path == path) lib.exec.push_back(seg);
+            if ((lib.replaced_on_disk.empty() ? lib.path.string() : lib.replaced_on_disk) == name) lib.exec.push_back(seg);
     }
     return out;
 }

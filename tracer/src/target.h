@@ -22,6 +22,9 @@ struct MappedLibrary {
         uint64_t start, end, offset;  // addresses [start, end) map the file from offset
     };
     std::vector<Segment> exec;  // its executable mappings
+    // The file was replaced or removed on disk since it was mapped: its path then, while
+    // `path` is /proc/PID/map_files/RANGE, the file the process runs (empty otherwise).
+    std::string replaced_on_disk;
     // Where the byte at FILE_OFFSET of the file is in the process (0 if not mapped).
     uint64_t address_of(uint64_t file_offset) const;
 };
