@@ -244,8 +244,10 @@ std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install
         tool = "bpftrace";
     else if (program == "ort")
         tool = "node";
-    else if (program == "server" || program == "attach")
+    else if (program == "server" || program == "attach" || program == "duet")
         tool = "python3";
+    if (program == "duet" && sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        return "program duet: two single-thread decodes on CPUs of their own, and this machine has one CPU";
     if (!tool.empty()) {
         try {
             check_command(tool);

@@ -64,8 +64,9 @@ bool known_tracer(const std::string& t) {
 }
 
 void check_value(const std::string& name, const std::string& v, const std::string& where) {
-    if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort" && v != "server" && v != "attach")
-        throw Error(where + ": program is llama-bench, evalcb, ort, server or attach, not '" + v + "'");
+    if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort" && v != "server" && v != "attach" &&
+        v != "duet")
+        throw Error(where + ": program is llama-bench, evalcb, ort, server, attach or duet, not '" + v + "'");
     if (name == "clients" && (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
                               std::stoi(v) > 64))
         throw Error(where + ": clients is the number of concurrent clients (and server slots), 1 to 64, not '" + v + "'");

@@ -70,7 +70,9 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
              {"decode_tps", "bench_tg_tps"}, {"prefill_tps", "bench_pp_tps"}, {"dump_dot_ms", "dump_dot_ms"},
              {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}, {"serve_tps", "serve_tps"},
              {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
-             {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"}})
+             {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"},
+             {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
+             {"untraced_tps", "duet_untraced_tps"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -309,6 +311,7 @@ const std::vector<MetricInfo> kMetrics = {
     {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"},
     {"attach_slowdown_pct", "% of decode speed"}, {"attached_tps", "tokens/s"}, {"detached_tps", "tokens/s"},
     {"unmatched_calls", "calls"},
+    {"duet_slowdown_pct", "% of decode speed"}, {"duet_traced_tps", "tokens/s"}, {"duet_untraced_tps", "tokens/s"},
     {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {

@@ -99,7 +99,7 @@ BpftraceFloor::~BpftraceFloor() { stop(); }
 
 bool is_traced(const SweepPoint& p) {
     const std::string& tracer = p.at("tracer");
-    return p.at("program") != "attach" && !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
+    return p.at("program") != "attach" && p.at("program") != "duet" && !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
              tracer == "bpftrace" || tracer == "bpftrace-stream");
 }
 
@@ -158,8 +158,28 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
         w.argv = w.program;
         return w;
+    } else if (program == "duet") {
+        if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
+        // Two single-thread llama-bench decodes at once, one per CPU, the traced one under
+        // `profinfer record` on its own copy of the libraries: the peer runs both, twice, roles
+        // swapped (no DB kept). none: the A/A duet; bpftrace: the floor on the copy.
+        const auto install = LlamaInstall::locate("debug", false);
+        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/duet_peer.py",
+                     install.program("llama-bench").string(), model.string(), "--profinfer", opt.profinfer.string(),
+                     "--board", opt.board, "--tokens", p.at("gen")};
+        std::string level = tracer;
+        if (tracer.rfind("budget-", 0) == 0)
+            level = "op", w.program.insert(w.program.end(), {"--record-arg=--budget", "--record-arg=" + tracer.substr(7)});
+        else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" && tracer != "op" &&
+                 tracer != "full")
+            throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op, full), "
+                        "budget-P or bpftrace (the floor), not " + tracer);
+        w.program.insert(w.program.end(), {"--level", level});
+        if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
+        w.argv = w.program;
+        return w;
     } else {
-        throw Error("program is llama-bench, evalcb, ort, server or attach, not " + program);
+        throw Error("program is llama-bench, evalcb, ort, server, attach or duet, not " + program);
     }
     if (tracer == "bpftrace" || tracer == "bpftrace-stream") {
         w.bpftrace = bpftrace_script(p, tracer == "bpftrace-stream");

@@ -439,6 +439,53 @@ metrics = ["wait_share_pct"]
 }
 
 
+// Program duet: the traced and the untraced llama-bench at once, one per CPU, the traced on
+// a copy of the libraries (checked with ldd before the duet), twice with the roles swapped:
+// each point's run yields the duet's slowdown and both sides' speeds; threads other than 1
+// are refused before anything runs. Mechanics only: on the tiny model a duet's ratio is noise.
+TEST(ExperimentRun, DuetRunsTracedAndUntracedAtOnce) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const std::string spec = R"(
+name = "tiny-duet"
+title = "Tiny duets"
+level = "op"
+scale = "tiny"
+[[sweep]]
+program = ["duet"]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [THREADS]
+gen = [32]
+tracer = ["none", "op"]
+[figure]
+x = "tracer"
+metrics = ["duet_slowdown_pct"]
+)";
+    std::string two = spec;
+    two.replace(two.find("THREADS"), 7, "2");
+    std::ofstream(d / "two.toml") << two;
+    auto refused = run({profinfer_bin(), "experiment", "run", d / "two.toml", "-o", d / "two", "--rounds", "1"});
+    EXPECT_NE(refused.status, 0);
+    EXPECT_NE(refused.err.find("one thread per side"), std::string::npos) << refused.err;
+    std::string one = spec;
+    one.replace(one.find("THREADS"), 7, "1");
+    std::ofstream(d / "spec.toml") << one;
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const Table points = Table::read_csv_file(out / "points.csv");
+    std::map<std::string, nlohmann::json> by;
+    for (const auto& row : points.to_json()) by[row["tracer"].get<std::string>()] = row;
+    ASSERT_EQ(by.size(), 2u) << points.to_json().dump();
+    for (const auto& [tracer, row] : by) {
+        SCOPED_TRACE(row.dump());
+        ASSERT_TRUE(row["duet_slowdown_pct"].is_number());
+        EXPECT_GT(row["duet_traced_tps"].get<double>(), 0);
+        EXPECT_GT(row["duet_untraced_tps"].get<double>(), 0);
+    }
+}
+
 // Program attach: one long-running target measured by its own clock in windows with
 // `profinfer record --pid` attached and windows without. The recording holds exactly the
 // target's calls of its windows, and on the tiny model (operators of a few µs) the operator
