@@ -205,7 +205,13 @@ TEST(TargetSafety, FullDiskStopsRecordingNotTheCommand) {
     EXPECT_NE(r.status, 0);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find("full"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("ran on untraced"), std::string::npos) << r.err;
+    // Full while the command ran (the rest of it untraced), or — a recorder kept from storing
+    // until the end, e.g. its idle-priority consumer starved by a nice-19 job — only when it
+    // stored what it held after the command's end: either is said, one line, never a bare
+    // SQL error (seen: "profinfer: error: SQL error: database or disk is full").
+    EXPECT_TRUE(r.err.find("ran on untraced") != std::string::npos ||
+                r.err.find("the command had ended") != std::string::npos)
+        << r.err;
     // --no-callback prints {"call":K} after each call.
     EXPECT_NE(r.out.find("{\"call\":" + std::to_string(calls - 1) + "}"), std::string::npos)
         << "the command did not run to its end";

@@ -394,10 +394,40 @@ int RecordingSession::poll_until_exit() {
     }
 }
 
+// What a failure to store means for the launched command: it ran on untraced, or it had
+// ended (STATUS its exit status) and every call of it reached the recorder.
+std::string RecordingSession::what_the_command_did(int status) const {
+    if (!p_.child) return "";
+    return status >= 0 && !left_running_ ? " (the command had ended; what did not fit is lost)"
+                                         : " (recording stopped; the command ran on untraced)";
+}
+
 int RecordingSession::finish(int status) {
-    if (!recording_error_.empty())
-        throw Error(recording_error_ + (p_.child ? " (recording stopped; the command ran on untraced)" : ""));
+    if (!recording_error_.empty()) throw Error(recording_error_ + what_the_command_did(-1));
     release_target();  // no probe runs from here on: what is still pending stays so
+    try {
+        store_the_end(status);
+    } catch (const Error& e) {
+        if (recording_error_.empty()) stop_recording("storing into " + p_.opts.output.string() + ": " + e.what());
+        throw Error(recording_error_ + what_the_command_did(status));
+    }
+    if (!p_.probes.seen_role(LibRole::Llama) && p_.program.guardian_resumes())
+        throw Error("profinfer was stopped while the target waited at a loader stop; the guardian resumed it " +
+                    std::to_string(p_.program.guardian_resumes()) +
+                    " time(s) and it ended before profinfer went on: nothing of it was recorded");
+    if (!p_.probes.seen_role(LibRole::Llama))
+        throw Error(!p_.child ? "the target never loaded libllama: is it a llama.cpp program?"
+                              : "the command (nor any process it started) never loaded libllama: is it a llama.cpp "
+                                "program?");
+    if (!p_.opts.quiet) print_summary(end_status_, cut_, end_error_);
+    if (left_running_) return 128 + interrupted_by_;
+    return status > 0 ? status : 0;
+}
+
+// Everything stored once the target is released: what the buffer and --defer-mb still hold,
+// the counts, the status; then the trace made one file. A failure here (a disk that fills at
+// the very end) is said like one during the recording (finish).
+void RecordingSession::store_the_end(int status) {
     if (priority_) {
         priority_->stay_normal();  // catch up at full speed
         set_meta(store::MetaKey::ConsumerBoosts, std::to_string(priority_->boosts()));
@@ -413,7 +443,7 @@ int RecordingSession::finish(int status) {
     } catch (const Error& e) {
         // What was stored stays (stored in steps), the rest is counted lost, by kind.
         stop_recording("storing into " + p_.opts.output.string() + ": " + e.what());
-        throw Error(recording_error_ + (p_.child ? " (recording stopped; the command ran on untraced)" : ""));
+        throw;
     }
     if (p_.opts.defer_mb > 0)
         set_meta(store::MetaKey::DeferredFlushes, std::to_string(consumer_->deferred_flushes()));
@@ -478,17 +508,7 @@ int RecordingSession::finish(int status) {
     // Before "(complete)" is said: the trace is one file, or the user is told what is beside it.
     const std::string beside = p_.tables.finish();
     if (!beside.empty()) std::cerr << "profinfer: warning: " << beside << "\n";
-    if (!p_.probes.seen_role(LibRole::Llama) && guardian_resumes)
-        throw Error("profinfer was stopped while the target waited at a loader stop; the guardian resumed it " +
-                    std::to_string(guardian_resumes) +
-                    " time(s) and it ended before profinfer went on: nothing of it was recorded");
-    if (!p_.probes.seen_role(LibRole::Llama))
-        throw Error(!p_.child ? "the target never loaded libllama: is it a llama.cpp program?"
-                              : "the command (nor any process it started) never loaded libllama: is it a llama.cpp "
-                                "program?");
-    if (!p_.opts.quiet) print_summary(rs, cut, error);
-    if (left_running_) return 128 + interrupted_by_;
-    return status > 0 ? status : 0;
+    end_status_ = rs, cut_ = cut, end_error_ = error;
 }
 
 void RecordingSession::print_summary(store::RunStatus rs, int64_t cut, const std::string& error) const {

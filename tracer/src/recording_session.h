@@ -86,6 +86,12 @@ private:
     int64_t own_major_faults_ = 0;
     bool left_running_ = false;  // a second stop signal: the launched command runs on untraced
     bool ended_too_ = false;     // ... or it ended at that signal as well
+    // finish(): what store_the_end found, for the summary line.
+    store::RunStatus end_status_ = store::RunStatus::Incomplete;
+    int64_t cut_ = 0;
+    std::string end_error_;
+    void store_the_end(int status);
+    std::string what_the_command_did(int status) const;
 };
 
 }  // namespace profinfer
