@@ -7,6 +7,7 @@
 #include "profinfer/error.h"
 #include "profinfer/events.h"
 #include "profinfer/store.h"
+#include "profinfer/trace_tables.h"
 #include "struct_layout.h"
 #include "trace_writer.h"
 
@@ -14,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace profinfer;
     store::Database db(":memory:", store::Database::Mode::Create);
     GgmlLayout layout = GgmlLayout::builtin();
-    TraceWriter writer(db, layout, SchedPeers::Comm);
+    store::TraceTables tables(db);
+    TraceWriter writer(tables, layout, SchedPeers::Comm);
     // Input: records, each a 2-byte length then that many bytes; the first four bytes of
     // each record choose its kind and whether its header's size field is made right.
     size_t at = 0;
