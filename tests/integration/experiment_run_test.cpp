@@ -439,6 +439,15 @@ metrics = ["wait_share_pct"]
 }
 
 
+namespace {
+// A one-round run's points.csv, each row by its tracer.
+std::map<std::string, nlohmann::json> points_by_tracer(const fs::path& out) {
+    std::map<std::string, nlohmann::json> by;
+    for (const auto& row : Table::read_csv_file(out / "points.csv").to_json()) by[row["tracer"].get<std::string>()] = row;
+    return by;
+}
+}  // namespace
+
 // Program duet: the traced and the untraced llama-bench at once, one per CPU, the traced on
 // a copy of the libraries (checked with ldd before the duet), twice with the roles swapped:
 // each point's run yields the duet's slowdown and both sides' speeds; threads other than 1
@@ -474,10 +483,8 @@ metrics = ["duet_slowdown_pct"]
     const fs::path out = d / "out";
     auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
     ASSERT_EQ(r.status, 0) << r.err;
-    const Table points = Table::read_csv_file(out / "points.csv");
-    std::map<std::string, nlohmann::json> by;
-    for (const auto& row : points.to_json()) by[row["tracer"].get<std::string>()] = row;
-    ASSERT_EQ(by.size(), 2u) << points.to_json().dump();
+    auto by = points_by_tracer(out);  // one round: each point's own values
+    ASSERT_EQ(by.size(), 2u);
     for (const auto& [tracer, row] : by) {
         SCOPED_TRACE(row.dump());
         ASSERT_TRUE(row["duet_slowdown_pct"].is_number());
@@ -515,10 +522,8 @@ metrics = ["attach_slowdown_pct"]
     ASSERT_EQ(r.status, 0) << r.err;
     // No trace is kept: the peer records its windows itself.
     EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done' AND db = ''"), 2);
-    const Table points = Table::read_csv_file(out / "points.csv");  // one round: each point's own values
-    std::map<std::string, nlohmann::json> by;
-    for (const auto& row : points.to_json()) by[row["tracer"].get<std::string>()] = row;
-    ASSERT_EQ(by.size(), 2u) << points.to_json().dump();
+    auto by = points_by_tracer(out);  // one round: each point's own values
+    ASSERT_EQ(by.size(), 2u);
     for (const auto& [tracer, row] : by) {
         SCOPED_TRACE(row.dump());
         ASSERT_TRUE(row["attached_tps"].is_number());
