@@ -43,10 +43,11 @@ std::string health_of(const fs::path& db) {
 
 // profinfer record of 16 calls of the release-library llama_graph_dump into D/run.db
 // (output D/out, D/err): it dlopens 14 CPU variants, many loader stops to be caught in.
-pid_t record_release_dump(const TempDir& d) {
-    return spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--", graph_dump_release_bin(),
-                  tiny_model("llama3.2-1b"), "Hello world", "16", "2"},
-                 d / "out", d / "err");
+// AS_JOB: profinfer run as a job-control shell runs it (spawn_as_job), not our child.
+pid_t record_release_dump(const TempDir& d, bool as_job = false) {
+    const std::vector<std::string> argv{profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--",
+                                        graph_dump_release_bin(), tiny_model("llama3.2-1b"), "Hello world", "16", "2"};
+    return as_job ? spawn_as_job(argv, d / "out", d / "err") : spawn(argv, d / "out", d / "err");
 }
 
 // Waits until PROF's launched command sits stopped at one of our loader stops — with
@@ -83,22 +84,28 @@ int calls_printed(const fs::path& out) {
 }  // namespace
 
 // kill -9 of profinfer while the launched command sits stopped at one of our loader
-// stops: the command resumes (PR_SET_PDEATHSIG=SIGCONT, the guardian), is not hung up
-// with its orphaned process group, and runs to its end; the DB reads incomplete.
+// stops: the command resumes (the guardian), and runs to its end; the DB reads incomplete.
+// Twice: profinfer in its parent's process group (a script ran it), and as a job of a
+// job-control shell (a group of its own, which profinfer's death would orphan: the kernel
+// hangs up an orphaned group with a stopped member unless the guardian, beside the command,
+// keeps the group from being orphaned).
 TEST(TargetSafety, KillNineAtTheLoaderStopLetsTheCommandFinish) {
     PROFINFER_REQUIRE_BPF();
     Subreaper reaper;
-    TempDir d;
-    const pid_t prof = record_release_dump(d);
-    const pid_t target = stop_recorder_at_a_loader_stop(prof);
-    ASSERT_TRUE(target) << "never saw the command at a loader stop: " << read_file(d / "err");
-    kill(prof, SIGKILL);
-    ASSERT_TRUE(reap(prof, 10s));
-    auto status = reap(target, 120s);
-    ASSERT_TRUE(status) << "the command did not finish after profinfer was killed (state " << state_of(target) << ")";
-    EXPECT_EQ(*status, 0) << "killed by signal " << *status - 128 << " (SIGHUP = 1)";
-    EXPECT_EQ(calls_in_dump(d / "out"), 16);
-    EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
+    for (const bool as_job : {false, true}) {
+        SCOPED_TRACE(as_job ? "profinfer in a process group of its own" : "profinfer in its parent's process group");
+        TempDir d;
+        const pid_t prof = record_release_dump(d, as_job);
+        const pid_t target = stop_recorder_at_a_loader_stop(prof);
+        ASSERT_TRUE(target) << "never saw the command at a loader stop: " << read_file(d / "err");
+        kill(prof, SIGKILL);
+        ASSERT_TRUE(as_job ? ended(prof, 10s) : reap(prof, 10s).has_value());
+        auto status = reap(target, 120s);  // ours now: the subreaper
+        ASSERT_TRUE(status) << "the command did not finish after profinfer was killed (state " << state_of(target) << ")";
+        EXPECT_EQ(*status, 0) << "killed by signal " << *status - 128 << " (SIGHUP = 1)";
+        EXPECT_EQ(calls_in_dump(d / "out"), 16);
+        EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
+    }
 }
 
 // Every loader stop is resumed, however the target and profinfer are scheduled: the
@@ -573,6 +580,36 @@ TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {
     kill(target, SIGKILL);
     kill(target, SIGCONT);
     reap(target, 30s);
+}
+
+// The same for a launched command, profinfer run as a job-control shell runs it (a process
+// group of its own, which profinfer's death would orphan): the command the user stopped
+// stays stopped — neither continued (a parent-death SIGCONT did) nor hung up and continued
+// by the kernel as a stopped member of an orphaned group — and goes on when the user says.
+TEST(TargetSafety, ALaunchedCommandTheUserStoppedStaysStoppedWhenProfinferDies) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    TempDir d;
+    std::vector<std::string> argv{profinfer_bin(), "record", "--level", "token", "-o", d / "run.db", "--"};
+    for (const auto& a : long_dump()) argv.push_back(a);
+    const pid_t prof = spawn_as_job(argv, d / "out", d / "err");
+    KillAtExit cleanup;
+    ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 2; }, 60s))
+        << read_file(d / "err");
+    const pid_t target = launched_child(prof, "llama_graph_dum");
+    ASSERT_TRUE(target);
+    cleanup.add(target);
+    kill(target, SIGSTOP);
+    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, 5s));
+    kill(prof, SIGKILL);
+    ASSERT_TRUE(ended(prof, 10s));
+    EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
+    std::this_thread::sleep_for(1s);
+    EXPECT_EQ(state_of(target), 'T') << "a command the user had stopped was continued or ended when profinfer died";
+    const int at_resume = calls_printed(d / "out");
+    kill(target, SIGCONT);
+    EXPECT_TRUE(wait_until([&] { return calls_printed(d / "out") >= at_resume + 2; }, 60s))
+        << "the command did not go on when the user continued it (state " << state_of(target) << ")";
 }
 
 // A launched command whose llama.cpp runs in a PID namespace of its own: recorded like

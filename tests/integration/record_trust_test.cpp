@@ -128,8 +128,8 @@ TEST(RecordTrust, AKilledDeferringRecorderCountsWhatItHeld) {
     for (const int k : {0, 10, 60, 200, 400}) {
         TempDir d;
         const fs::path db = d / "run.db";
-        // Under a shell that forks it: the launched command (the shell) is continued when
-        // profinfer dies (PR_SET_PDEATHSIG), its child stays stopped where it stopped itself.
+        // Under a shell that forks it (written when a parent-death SIGCONT continued the
+        // launched command; harmless now): the dump stays stopped where it stopped itself.
         const std::string dump = "GRAPH_DUMP_STOP_AFTER=" + std::to_string(k) + " " + graph_dump_bin().string() + " " +
                                  tiny_model("llama3.2-1b").string() + " 'Hello world' 1000 2 --no-callback; :";
         pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "--defer-mb", "1", "-o", db.string(), "--",

@@ -133,6 +133,39 @@ pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs:
     return pid;
 }
 
+pid_t spawn_as_job(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
+    int told[2];
+    if (pipe2(told, O_CLOEXEC) != 0) return -1;
+    const pid_t shell = fork();
+    if (shell == 0) {
+        setsid();
+        const pid_t job = fork();
+        if (job == 0) {
+            setpgid(0, 0);
+            int devnull = ::open("/dev/null", O_RDWR);
+            dup2(devnull, 0), dup2(devnull, 1), dup2(devnull, 2);
+            if (!out.empty()) dup2(::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
+            if (!err.empty()) dup2(::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+            exec_argv(argv);
+        }
+        setpgid(job, job);  // before the pid is told: no race with the job's own setpgid
+        (void)!::write(told[1], &job, sizeof job);
+        int st = 0, job_status = 127;
+        for (pid_t p; (p = waitpid(-1, &st, 0)) > 0 || errno == EINTR;)
+            if (p == job) job_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        _exit(job_status);
+    }
+    ::close(told[1]);
+    pid_t job = -1;
+    if (shell < 0 || ::read(told[0], &job, sizeof job) != sizeof job) job = -1;
+    ::close(told[0]);
+    return job;
+}
+
+bool ended(pid_t pid, std::chrono::milliseconds timeout) {
+    return wait_until([&] { return ::kill(pid, 0) != 0 || proc_stat(pid).value_or(ProcStat{}).state == 'Z'; }, timeout);
+}
+
 std::string grow_until_enough(const std::function<std::string(int)>& attempt, std::chrono::seconds limit) {
     const auto t0 = std::chrono::steady_clock::now();
     std::string missing;

@@ -37,6 +37,17 @@ void expect_one_line_failure(const RunResult& r, const std::string& needle);
 pid_t spawn(const std::vector<std::string>& argv, const std::filesystem::path& out = {},
             const std::filesystem::path& err = {});
 
+// ARGV run as a job-control shell runs a command: a stand-in shell (a child of the test's
+// process that leads a session of its own and reaps every child it has) starts it in a
+// process group of its own. The job's pid; it is the shell's child, not ours: ended() tells
+// when it is gone. A process the job leaves behind (its parent gone) comes to the nearest
+// subreaper — the test's process, under Subreaper — which is in another session: the kernel
+// counts the job's group orphaned once no member has a parent in the shell's session.
+pid_t spawn_as_job(const std::vector<std::string>& argv, const std::filesystem::path& out = {},
+                   const std::filesystem::path& err = {});
+// Whether PID has ended (gone, or a zombie) within TIMEOUT.
+bool ended(pid_t pid, std::chrono::milliseconds timeout);
+
 // PER_CPU spinning shells per online CPU (every CPU busy, whatever the machine: a virtual
 // board has four), killed and reaped by stop() or at the end of the scope.
 class CpuHogs {

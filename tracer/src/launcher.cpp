@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,11 +21,9 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv) {
     pid_ = fork();
     if (pid_ < 0) throw_errno("fork");
     if (pid_ == 0) {
-        // If profinfer dies however it dies (kill -9, OOM) once the command runs, the
-        // command must not stay stopped at a loader stop of ours: SIGCONT is harmless to a
-        // running process, it survives exec, and the kernel sends it before it checks the
-        // orphaned process group for stopped members (which would get SIGHUP otherwise).
-        prctl(PR_SET_PDEATHSIG, SIGCONT);
+        // No parent-death signal: if profinfer dies however it dies (kill -9, OOM), the
+        // guardian resumes a loader stop of ours — only that: a command the user stopped
+        // stays stopped — and keeps the process group from being orphaned (TargetGuardian).
         // The command gets the signal handling it would have had without us.
         for (int sig = 1; sig < NSIG; ++sig)
             if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);

@@ -44,7 +44,7 @@ class Recorder {
 public:
     explicit Recorder(const RecordOptions& o)
         : opts_(o),
-          guardian_(std::make_unique<TargetGuardian>(o.output)),
+          guardian_(std::make_unique<TargetGuardian>(o.output, !o.pid)),
           db_(create_store(o.output, *guardian_)),
           tables_(std::make_unique<store::TraceTables>(*db_)) {
         if (o.qos_min_tps > 0) gate_ = std::make_unique<QosController>(o.qos_min_tps);

@@ -40,7 +40,8 @@ char state_of(pid_t pid) {
 }
 
 struct Message {
-    // 'n' the database is ours, 't' the target (its pidfd), 'c' the cgroup (text), 'b' the
+    // 'n' the database is ours, 't' the target (its pidfd; the first is the launched command's
+    // or the attached process's), 'c' the cgroup (text), 'b' the
     // .bss (with a descriptor), 'h' the map of held processes (its descriptor), 'r' the ring
     // buffer (its descriptor, --defer-mb), 's' started, 'd' dismissed
     char what;
@@ -98,11 +99,21 @@ std::vector<std::pair<std::string, int64_t>> lost_with_recorder(const uint64_t* 
     return lost;
 }
 
-[[noreturn]] void guard(int sock, int recorder_fd, pid_t recorder, const std::string& db, const uint64_t* held) {
+// Waits until the process of pidfd FD has ended.
+void wait_for_end(int fd) {
+    pollfd t{fd, POLLIN, 0};
+    while (poll(&t, 1, -1) < 0 && errno == EINTR) {
+    }
+}
+
+// BESIDE: the guardian is the launched command's parent's sibling, in its process group, which
+// it keeps from being orphaned for as long as the command lives (TargetGuardian).
+[[noreturn]] void guard(int sock, int recorder_fd, pid_t recorder, const std::string& db, const uint64_t* held,
+                        bool beside) {
     // The terminal's ^C and ^Z reach the whole process group: the guardian stays for the end.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE}) signal(sig, SIG_IGN);
     Stops stops;
-    int target_fd = -1, ring_fd = -1;
+    int target_fd = -1, ring_fd = -1, first_target_fd = -1;
     std::string cgroup;
     bool ours = false, started = false;
     int stopped_polls = 0;  // consecutive polls that saw profinfer stopped
@@ -131,14 +142,18 @@ std::vector<std::pair<std::string, int64_t>> lost_with_recorder(const uint64_t* 
             ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) break;  // the recorder's end closed: it is dying
-            if (m.what == 'd') _exit(0);
+            if (m.what == 'd') {
+                if (beside && first_target_fd >= 0) wait_for_end(first_target_fd);
+                _exit(0);
+            }
             if (m.what == 's') started = true;
             if (m.what == 'n') ours = true;
             if (m.what == 'c') cgroup.assign(m.text, strnlen(m.text, sizeof m.text));
             cmsghdr* c = CMSG_FIRSTHDR(&mh);
             if (m.what == 't' && c && c->cmsg_type == SCM_RIGHTS) {
-                if (target_fd >= 0) ::close(target_fd);
+                if (target_fd >= 0 && target_fd != first_target_fd) ::close(target_fd);
                 std::memcpy(&target_fd, CMSG_DATA(c), sizeof target_fd);
+                if (first_target_fd < 0) first_target_fd = target_fd;
             }
             if (m.what == 'b' && c && c->cmsg_type == SCM_RIGHTS) {
                 int fd;
@@ -180,17 +195,25 @@ std::vector<std::pair<std::string, int64_t>> lost_with_recorder(const uint64_t* 
         for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((db + suffix).c_str());
     }
     if (!cgroup.empty() && target_fd >= 0) {  // removable once the command has exited
-        pollfd t{target_fd, POLLIN, 0};
-        while (poll(&t, 1, -1) < 0 && errno == EINTR) {
-        }
+        wait_for_end(target_fd);
         for (int i = 0; i < 100 && ::rmdir(cgroup.c_str()) != 0 && errno == EBUSY; ++i) usleep(20000);
     }
+    if (beside && first_target_fd >= 0) wait_for_end(first_target_fd);
     _exit(0);
 }
 
 }  // namespace
 
-TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
+// Would profinfer's end orphan its process group — the launched command's? Where profinfer's
+// parent is in another group of the same session (a job-control shell ran it as a job): the
+// kernel then sends SIGHUP and SIGCONT to a group with a stopped member.
+bool end_would_orphan_the_group() {
+    const pid_t parent = getppid();
+    const pid_t group = getpgid(parent), session = getsid(parent);
+    return parent > 1 && group >= 0 && session >= 0 && group != getpgrp() && session == getsid(0);
+}
+
+TargetGuardian::TargetGuardian(const std::filesystem::path& db, bool launching) {
     int recorder_fd = pidfd_open(getpid());
     int sv[2] = {-1, -1};
     if (recorder_fd < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -204,7 +227,15 @@ TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
     if (page == MAP_FAILED) throw_errno("starting the guardian process");
     held_ = static_cast<uint64_t*>(page);
     const pid_t recorder = getpid();
-    guardian_ = fork();
+    // Beside a launched command whose group profinfer's end would orphan, the guardian is a
+    // child of profinfer's parent (CLONE_PARENT; that parent reaps it, as a shell reaps every
+    // child) in profinfer's group: the group keeps a member whose parent is outside it, so it
+    // is never orphaned while the command lives — a command the user stopped stays stopped
+    // when profinfer dies or ends, and one held at a loader stop of ours is not hung up before
+    // the guardian resumes it. A raw clone is a fork without glibc's bookkeeping for other
+    // threads: profinfer has none yet (the guardian is started first).
+    beside_ = launching && end_would_orphan_the_group();
+    guardian_ = beside_ ? pid_t(syscall(SYS_clone, CLONE_PARENT | SIGCHLD, nullptr, nullptr, nullptr, nullptr)) : fork();
     if (guardian_ < 0) throw_errno("starting the guardian process");
     if (guardian_ == 0) {
         // Keep nothing of profinfer's: a BPF link held here would keep probes alive.
@@ -214,7 +245,7 @@ TargetGuardian::TargetGuardian(const std::filesystem::path& db) {
         int null = open("/dev/null", O_RDWR);
         for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
         if (null > 4) close(null);
-        guard(3, 4, recorder, db_path, held_);
+        guard(3, 4, recorder, db_path, held_, beside_);
     }
     ::close(sv[1]);
     ::close(recorder_fd);
@@ -290,7 +321,9 @@ TargetGuardian::~TargetGuardian() {
         }
         ::close(sock_);
     }
-    if (guardian_ > 0) waitpid(guardian_, nullptr, 0);
+    // Beside the command, the guardian stays for as long as the command lives, reaped by
+    // profinfer's parent: nothing to wait for here.
+    if (guardian_ > 0 && !beside_) waitpid(guardian_, nullptr, 0);
     if (held_) munmap(held_, sizeof(uint64_t) * PI_EV_KIND_MAX);
 }
 

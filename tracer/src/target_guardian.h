@@ -18,7 +18,11 @@ namespace profinfer {
 // - profinfer is stopped (^Z, SIGSTOP, a debugger) while a loader stop of ours holds the
 //   target: the guardian resumes it after a moment and counts that (the library loaded
 //   meanwhile runs untraced until profinfer goes on);
-// - a memory cgroup of the launched command is removed once the command has exited.
+// - a memory cgroup of the launched command is removed once the command has exited;
+// - a launched command's process group is never orphaned by profinfer's end (where a
+//   job-control shell ran profinfer): the guardian is then a child of profinfer's parent in
+//   that group, living as long as the command, so the kernel sends the group no SIGHUP and no
+//   SIGCONT — a command the user stopped stays stopped, whatever happens to profinfer.
 // Dismissed on every orderly exit, where the recorder does all of this itself.
 // Started first, before the database exists: every step after it is covered.
 // The processes held at loader stops (tgid keys of the BPF map HELD_MAP_FD), taken: each
@@ -29,7 +33,8 @@ std::vector<pid_t> take_held_processes(int held_map_fd);
 
 class TargetGuardian {
 public:
-    explicit TargetGuardian(const std::filesystem::path& db);
+    // LAUNCHING: profinfer launches the command (not --pid).
+    TargetGuardian(const std::filesystem::path& db, bool launching);
     ~TargetGuardian();  // dismisses the guardian
     TargetGuardian(const TargetGuardian&) = delete;
     TargetGuardian& operator=(const TargetGuardian&) = delete;
@@ -61,6 +66,7 @@ public:
 private:
     void send(char what, int fd = -1, size_t size = 0, StopCounts at = {}, const std::string& text = {});
     pid_t guardian_ = -1;
+    bool beside_ = false;  // a child of profinfer's parent, beside the launched command
     uint64_t* held_ = nullptr;
     int sock_ = -1;
 };
