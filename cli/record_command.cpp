@@ -19,8 +19,10 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         "Needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (see docs/reliability.md).");
     cmd->add_option("-o,--output", opts->output, "Trace database to create (must not exist)")->capture_default_str();
     cmd->add_option("--level", *level,
-                    "token: llama_decode calls; graph: + backend graphs; op: + every graph node on every thread; "
-                    "full: + each thread's compute/wait split, scheduler events, counters, MoE expert ids")
+                    "token: llama_decode calls; graph: + backend graphs; op-sampled: + CPU-clock samples of the "
+                    "inference threads, named by the operator whose code they interrupted (operator time shares as "
+                    "estimates, without a probe per node: about the cost of graph); op: + every graph node on every "
+                    "thread; full: + each thread's compute/wait split, scheduler events, counters, MoE expert ids")
         ->capture_default_str();
     auto* pid_opt = cmd->add_option("--pid", *pid, "Attach to this running process instead of launching a command");
     auto peers = std::make_shared<std::string>("comm");
@@ -68,9 +70,10 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "or both (to compare the two on one run)")
         ->check(CLI::IsMember({"sampled", "exact", "both"}))
         ->capture_default_str();
-    cmd->add_option("--sample-hz", opts->sample_hz, "Samples per second and CPU for --wait sampled")
-        ->check(CLI::Range(1, 20000))
-        ->capture_default_str();
+    auto* sample_hz = cmd->add_option("--sample-hz", opts->sample_hz,
+                                      "Samples per second and CPU: for --wait sampled (default 250) and for "
+                                      "--level op-sampled (default 1000)")
+                          ->check(CLI::Range(1, 20000));
     auto consumer = std::make_shared<std::string>("idle");
     cmd->add_option("--consumer", *consumer,
                     "Priority of profinfer's own reading and writing while the target runs: idle (SCHED_IDLE, "
@@ -101,8 +104,9 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         ->check(number_in(1, 65536));
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
-    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit] {
+    cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit, sample_hz] {
         const bool pid_given = pid_opt->count() > 0;
+        if (sample_hz->count() > 0) opts->op_sample_hz = opts->sample_hz;
         if (!memory_limit->empty()) opts->memory_limit = parse_memory_size(*memory_limit);
         opts->idle_consumer = *consumer == "idle";
         opts->wait = parse_wait_method(*wait);

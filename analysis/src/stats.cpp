@@ -11,6 +11,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/ggml_types.h"
+#include "profinfer/sampled_ops.h"
 #include "profinfer/store.h"
 
 namespace profinfer {
@@ -76,6 +77,10 @@ Table stats_table(store::Database& db, const std::string& by) {
     // Every quantity below is defined once, in the store's derived views
     // (store/src/derived.sql, docs/trace-store.md): node_times, calls, thread_parts,
     // expert_uses.
+    // --level op-sampled: no node was timed; the samples give each op type's share, as
+    // estimates with their intervals.
+    if ((by == "op-type" || by == "op") && !db.scalar("SELECT EXISTS (SELECT 1 FROM node_times)") && has_cpu_samples(db))
+        return sampled_op_table(db);
     if (by == "op-type") {
         return rows({"op", "count", "total_ms", "mean_ms", "share_pct"},
                     "SELECT op, count(*), sum(dur_ns) / 1e6, avg(dur_ns) / 1e6, "

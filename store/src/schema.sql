@@ -1,4 +1,4 @@
--- profinfer trace store, schema version 8 (PRAGMA user_version = 8). Raw facts as captured;
+-- profinfer trace store, schema version 9 (PRAGMA user_version = 9). Raw facts as captured;
 -- what they mean (phase, layer, node time, ...) is derived in derived.sql.
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
 -- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
@@ -155,6 +155,23 @@ CREATE TABLE sched_switch (
   next_tgid  INTEGER NOT NULL,
   next_comm  TEXT NOT NULL,
   preempt    INTEGER NOT NULL
+);
+-- --level op-sampled (schema 9): CPU-clock samples of the target's threads taken while one of
+-- its CPU graphs ran, and the functions of the code they can fall in.
+CREATE TABLE cpu_samples (
+  ts_ns     INTEGER NOT NULL,
+  tid       INTEGER NOT NULL,
+  cpu       INTEGER NOT NULL,
+  graph_seq INTEGER NOT NULL,  -- graphs.seq of the CPU graph under way
+  ip        INTEGER NOT NULL   -- the interrupted instruction (negative: in the kernel)
+);
+-- The functions of the llama.cpp libraries as the target mapped them ([lo, hi) addresses,
+-- from each library's symbol tables): what a sample's ip is resolved against.
+CREATE TABLE code_ranges (
+  lo       INTEGER PRIMARY KEY,
+  hi       INTEGER NOT NULL,
+  library  TEXT NOT NULL,
+  function TEXT NOT NULL
 );
 CREATE TABLE sched_wakeup (
   ts_ns      INTEGER NOT NULL,

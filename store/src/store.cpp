@@ -244,6 +244,10 @@ void Database::initialise(Mode mode) {
         if (v < 6)  // before the Vulkan probes: none recorded
             exec("CREATE TEMP TABLE gpu_events (id INTEGER PRIMARY KEY, graph_seq INTEGER NOT NULL, tid INTEGER NOT NULL, "
                  "kind TEXT NOT NULL, tensor INTEGER, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, ret INTEGER)");
+        if (v < 9)  // before --level op-sampled: none recorded
+            exec("CREATE TEMP TABLE cpu_samples (ts_ns INTEGER NOT NULL, tid INTEGER NOT NULL, cpu INTEGER NOT NULL, "
+                 "graph_seq INTEGER NOT NULL, ip INTEGER NOT NULL); CREATE TEMP TABLE code_ranges (lo INTEGER PRIMARY "
+                 "KEY, hi INTEGER NOT NULL, library TEXT NOT NULL, function TEXT NOT NULL)");
         if (v >= kNodeDefsSchema) exec(kDerivedNodes);  // older traces hold nodes as rows
         exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }

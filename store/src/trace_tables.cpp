@@ -80,6 +80,8 @@ struct TraceTables::Statements {
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
                "VALUES (?,?,?,?,?,?,?)"),
+          sample(db, "INSERT INTO cpu_samples(ts_ns, tid, cpu, graph_seq, ip) VALUES (?,?,?,?,?)"),
+          code_range(db, "INSERT OR IGNORE INTO code_ranges(lo, hi, library, function) VALUES (?,?,?,?)"),
           probe(db, "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)"),
           library(db, "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)"),
           counter(db, "INSERT INTO counters(idx, name, perf_type, config, available, reason) VALUES (?,?,?,?,?,?)"),
@@ -88,8 +90,8 @@ struct TraceTables::Statements {
           ops(db, std::string(kOpsHead) + ", " + counter_columns() + ")", 12 + kCounterSlots),
           ops_bare(db, std::string(kOpsHead) + ")", 12),
           graph_nodes(db, "INSERT INTO graph_nodes(graph_seq, tensor, def_id)", 3) {}
-    Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, batch_seq, sw, wake, probe, library, counter, qos,
-        lost;
+    Statement token, graph, node, node_src, ops_untraced, gpu, op_samples, expert, batch_seq, sw, wake, sample, code_range,
+        probe, library, counter, qos, lost;
     // Rows with counters, and rows without (--level op: the counter columns stay NULL,
     // 6 binds a row fewer).
     MultiRowInsert ops, ops_bare, graph_nodes;
@@ -176,6 +178,7 @@ int64_t TraceTables::drop_oldest_calls(int64_t n, const std::vector<int64_t>& ke
     db_.exec("DELETE FROM tokens WHERE start_ns < " + ts);
     db_.exec("DELETE FROM sched_switch WHERE ts_ns < " + ts);
     db_.exec("DELETE FROM sched_wakeup WHERE ts_ns < " + ts);
+    db_.exec("DELETE FROM cpu_samples WHERE ts_ns < " + ts);
     db_.exec("DELETE FROM qos_events WHERE ts_ns < " + ts);
     commit();
     return calls;
@@ -283,6 +286,14 @@ void TraceTables::add(const SchedWakeupRow& r) {
     auto& s = st_->wake;
     s.bind(1, r.ts_ns).bind(2, r.cpu).bind(3, r.tid).bind(4, r.target_cpu).bind(5, r.waker_tid).bind(6, r.waker_tgid);
     s.bind(7, r.waker_comm).run();
+}
+
+void TraceTables::add(const CpuSampleRow& r) {
+    st_->sample.bind(1, r.ts_ns).bind(2, r.tid).bind(3, r.cpu).bind(4, r.graph_seq).bind(5, r.ip).run();
+}
+
+void TraceTables::add(const CodeRangeRow& r) {
+    st_->code_range.bind(1, r.lo).bind(2, r.hi).bind(3, r.library).bind(4, r.function).run();
 }
 
 void TraceTables::add(const ProbeRow& r) {

@@ -34,6 +34,12 @@ void scheduler_events(TraceWriter& w) {
     k.ts_ns = 5600, k.waker_tid = 100, k.waker_tgid = 100, k.target_cpu = 1;
     std::strcpy(k.waker_comm, "llama-bench");
     w.write(&k, sizeof k);
+    // Two CPU-clock samples of graph 1 (--level op-sampled's records), one in the kernel.
+    for (auto [ts, ip] : {std::pair<uint64_t, uint64_t>{2000, 0x7f0000001010}, {3000, 0xffffffff81000000}}) {
+        auto c = bench::record<pi_sample_event>(PI_EV_SAMPLE, 101);
+        c.ts_ns = ts, c.ip = ip, c.graph_seq = 1;
+        w.write(&c, sizeof c);
+    }
 }
 
 }  // namespace
@@ -57,6 +63,7 @@ int main(int argc, char** argv) try {
     tables.add(store::ProbeRow{"ggml_vk_build_graph", "/golden/libggml-vulkan.so", "uprobe", false, "not loaded"});
     tables.add(store::LibraryRow{"/golden/libllama.so", "libllama", "00", false});
     tables.add(store::CounterRow{0, "task-clock", 1, 1, true, ""});
+    tables.add(store::CodeRangeRow{0x7f0000001000, 0x7f0000001100, "libggml-cpu.so", "ggml_vec_dot_q4_0_q8_0"});
     TraceWriter writer(tables, layout, SchedPeers::Comm);
     bench::SyntheticDecode decode(writer, layout, kNodes, kThreads);
     for (int s = 0; s < kSteps; ++s) decode.step();

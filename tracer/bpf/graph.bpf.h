@@ -40,6 +40,7 @@ static __always_inline void graph_enter(__u32 api, void *backend, void *cgraph)
 	g.seq = fetch_add_one(&graph_counter) + 1;
 	if (api == 2) {
 		current_graph_seq = g.seq;
+		cpu_graph_running = g.seq;
 		if (layout.cgraph_uid)
 			bpf_probe_read_user(&g.uid, sizeof(g.uid), cgraph + layout.cgraph_uid);
 		g.ops_epoch = ops_enabled && call_ops ? ops_epoch : ~0U;
@@ -277,6 +278,11 @@ static __always_inline void graph_exit(__u32 api, bool loop)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
 		return;
+	/* Before the graph's end is read: a CPU-clock sample may interrupt this handler (uprobe
+	 * programs run without the guard that keeps other BPF programs out), and one that finds
+	 * the graph still running must not be later than its end. */
+	if (api == 2)
+		cpu_graph_running = 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 key = ((__u64)(__u32)pid_tgid << 8) | api;
 	struct graph_entry *g = bpf_map_lookup_elem(&graph_entries, &key);

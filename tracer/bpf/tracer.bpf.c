@@ -115,6 +115,9 @@ bool ops_enabled = true;
 bool call_ops = true;
 __u64 graph_counter = 0;
 __u64 current_graph_seq = 0;
+/* The CPU graph under way (ggml_graph_compute entry to return), 0 between graphs: what
+ * --level op-sampled samples. */
+__u64 cpu_graph_running = 0;
 /* Node details are news only in a graph ggml has not run before: ggml_backend_sched gives
  * each graph it splits a new uid (ggml_cgraph.uid) and keeps it while llama.cpp reuses the
  * graph, tensors and all. Once thread 0 has described every node of a graph whose uid is

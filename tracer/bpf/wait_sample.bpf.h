@@ -50,4 +50,34 @@ int wait_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* --level op-sampled: operator time without a trap per node. A CPU-clock perf event on every
+ * CPU samples the running thread; a thread of the target sampled while one of its CPU graphs
+ * runs is sent with the interrupted instruction and the graph (a few hundred records a second
+ * per CPU). User space names each instruction's function and, from it, the operator (most
+ * kernels run in a function of their op: ggml_compute_forward_<op>..., or in the kernels of
+ * matrix products). The graph and token probes stay: the sampler's cost per token is its
+ * tick, not the ~500 traps of an exact operator level. */
+SEC("perf_event")
+int op_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return 0;
+	/* The time first, then the graph: a graph found running began before it and ends after
+	 * it (graph_exit clears cpu_graph_running before it reads the end). */
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 seq = cpu_graph_running;
+	if (!seq)
+		return 0;
+	struct pi_sample_event *ev = reserve(PI_EV_SAMPLE, sizeof(*ev));
+	if (!ev)
+		return 0;
+	fill_header(&ev->h, PI_EV_SAMPLE, sizeof(*ev), pid_tgid);
+	ev->ts_ns = ts;
+	ev->ip = PT_REGS_IP(&ctx->regs);
+	ev->graph_seq = seq;
+	submit(ev);
+	return 0;
+}
+
 #endif /* PROFINFER_WAIT_SAMPLE_BPF_H */

@@ -25,6 +25,8 @@ public:
         auto it = sizes_.find(name);
         return it == sizes_.end() ? 0 : it->second;
     }
+    // Every function: name → file offset of its entry, and its size.
+    const std::map<std::string, uint64_t>& functions() const { return functions_; }
     const std::string& build_id() const { return build_id_; }
     bool has_debug_info() const { return has_debug_info_; }
     bool has_symtab() const { return has_symtab_; }

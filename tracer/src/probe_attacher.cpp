@@ -110,6 +110,7 @@ Group max_group(TraceLevel l) {
     switch (l) {
         case TraceLevel::Token: return Group::Token;
         case TraceLevel::Graph: return Group::Graph;
+        case TraceLevel::OpSampled: return Group::Graph;
         case TraceLevel::Op: return Group::Op;
         case TraceLevel::Full: return Group::Wait;
     }
@@ -262,6 +263,7 @@ void ProbeAttacher::attach_new_libraries() {
         libraries_[lib.path] = lib.role;
         fresh.push_back(lib);
     }
+    if (level_ == TraceLevel::OpSampled) store_code_ranges(mapped);
     if (fresh.empty()) return;
     std::map<fs::path, std::shared_ptr<ElfSymbols>> elf;
     for (const auto& lib : fresh) {
@@ -329,6 +331,42 @@ void ProbeAttacher::attach_new_libraries() {
             op_libs_.push_back({lib.path, lib.role, strategy, elf[lib.path]});
     }
     if (!fatal.empty()) throw Error(fatal.front());
+}
+
+// --level op-sampled: the functions of the llama.cpp libraries (and of libgomp, where ggml's
+// OpenMP threads wait) at the addresses the target maps them, once per mapping: what each
+// sample's instruction is named by (the views resolve it; a library dlclose'd before the end
+// keeps its rows).
+void ProbeAttacher::store_code_ranges(const std::vector<MappedLibrary>& mapped) {
+    for (const auto& lib : mapped) {
+        const bool gomp = lib.path.filename().string().rfind("libgomp", 0) == 0;
+        if ((lib.role == LibRole::Other && !gomp) || lib.exec.empty()) continue;
+        const std::string key = lib.path.string() + "@" + std::to_string(lib.exec.front().start);
+        if (!ranged_.insert(key).second) continue;
+        std::shared_ptr<ElfSymbols> sym = elf_.count(lib.path) ? elf_.at(lib.path) : nullptr;
+        try {
+            if (!sym) sym = std::make_shared<ElfSymbols>(lib.path);
+        } catch (const Error&) {
+            continue;  // unreadable: its samples stay unnamed
+        }
+        const std::string name = lib.path.filename().string();
+        std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // lo → hi, function
+        for (const auto& [function, offset] : sym->functions()) {
+            const uint64_t size = sym->function_size(function), at = lib.address_of(offset);
+            if (size && at) ranges.emplace(at, std::pair{at + size, function});
+        }
+        // Code of the library no symbol covers (a stripped library's internals: libgomp's
+        // barrier spin) is named by the library alone: the gaps get rows of no function.
+        for (const auto& s : lib.exec) {
+            uint64_t at = s.start;
+            for (auto it = ranges.lower_bound(s.start); it != ranges.end() && it->first < s.end; ++it) {
+                if (it->first > at) ranges.emplace(at, std::pair{it->first, std::string()});
+                at = std::max(at, it->second.first);
+            }
+            if (at < s.end) ranges.emplace(at, std::pair{s.end, std::string()});
+        }
+        for (const auto& [lo, r] : ranges) tables_.add(store::CodeRangeRow{int64_t(lo), int64_t(r.first), name, r.second});
+    }
 }
 
 bool ProbeAttacher::barrier_probes() const {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,7 @@ private:
                       const std::string& reason);
     void update_layout();
     void update_wait_ranges(const std::vector<MappedLibrary>& mapped);
+    void store_code_ranges(const std::vector<MappedLibrary>& mapped);
 
     tracer_bpf* skel_;
     pid_t pid_;
@@ -88,6 +90,7 @@ private:
     std::map<std::filesystem::path, std::shared_ptr<ElfSymbols>> elf_;
     size_t dwarf_libs_used_ = 0;
     size_t wait_ranges_stored_ = size_t(-1);  // meta.wait_ranges as last written
+    std::set<std::string> ranged_;  // mappings whose code_ranges are stored (path and start)
     bool ops_attached_ = true;
 };
 

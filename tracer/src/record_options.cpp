@@ -18,15 +18,17 @@ namespace profinfer {
 TraceLevel parse_trace_level(const std::string& s) {
     if (s == "token") return TraceLevel::Token;
     if (s == "graph") return TraceLevel::Graph;
+    if (s == "op-sampled") return TraceLevel::OpSampled;
     if (s == "op") return TraceLevel::Op;
     if (s == "full") return TraceLevel::Full;
-    throw Error("unknown level '" + s + "' (token, graph, op, full)");
+    throw Error("unknown level '" + s + "' (token, graph, op-sampled, op, full)");
 }
 
 const char* to_string(TraceLevel l) {
     switch (l) {
         case TraceLevel::Token: return "token";
         case TraceLevel::Graph: return "graph";
+        case TraceLevel::OpSampled: return "op-sampled";
         case TraceLevel::Op: return "op";
         case TraceLevel::Full: return "full";
     }
@@ -104,6 +106,8 @@ void check_record_options(const RecordOptions& opts) {
         throw Error("--budget must be 0.01 to 100 and --qos-min-tps a positive number");
     if (opts.sample_hz < 1 || opts.sample_hz > 20000)
         throw Error("--sample-hz must be 1 to 20000, not " + std::to_string(opts.sample_hz));
+    if (opts.op_sample_hz < 1 || opts.op_sample_hz > 20000)
+        throw Error("--sample-hz must be 1 to 20000, not " + std::to_string(opts.op_sample_hz));
     if (!opts.command.empty()) check_command(opts.command.front());
     // The kernel wants a power-of-two number of pages; a ring of 1 GiB is plenty.
     const size_t page_kb = size_t(sysconf(_SC_PAGESIZE)) >> 10;

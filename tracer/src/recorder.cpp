@@ -146,7 +146,7 @@ private:
     // Before the session exists, or after it went: every probe goes, then the target.
     void release_target() {
         if (session_) return session_->release_target();
-        if (program_) program_->close_wait_sampler();
+        if (program_) program_->close_samplers();
         if (probes_) probes_->detach_all();
         if (program_) program_->resume_if_held(pid_);
     }

@@ -72,7 +72,7 @@ RecordingSession::~RecordingSession() {
 }
 
 void RecordingSession::release_target() {
-    p_.program.close_wait_sampler();
+    p_.program.close_samplers();
     p_.probes.detach_all();
     p_.program.resume_if_held(pid_);
 }

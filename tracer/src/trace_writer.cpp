@@ -201,6 +201,12 @@ void TraceWriter::write(const void* data, size_t size) {
             }
             break;
         }
+        case PI_EV_SAMPLE: {
+            auto* e = as<pi_sample_event>(data, size, malformed_);
+            if (!e) return;
+            tables_.add(store::CpuSampleRow{i64(e->ts_ns), e->h.tid, e->h.cpu, i64(e->graph_seq), i64(e->ip)});
+            break;
+        }
         case PI_EV_BATCH: {
             const auto* e = static_cast<const pi_batch_event*>(data);
             const size_t head = offsetof(pi_batch_event, tok);

@@ -62,7 +62,7 @@ TracerProgram::TracerProgram(const RecordOptions& opts, pid_t target, bool launc
 }
 
 TracerProgram::~TracerProgram() {
-    close_wait_sampler();
+    close_samplers();
     tracer_bpf__destroy(skel_);
 }
 
@@ -154,6 +154,7 @@ void TracerProgram::load(ProbeAttacher& probes) {
     tables_.set_meta(store::MetaKey::KernelFallbacks, kernel.fallbacks());
     bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
     bpf_program__set_autoload(skel_->progs.wait_sample, probes.wait_samples());
+    bpf_program__set_autoload(skel_->progs.op_sample, opts_.level == TraceLevel::OpSampled);
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
     int err = tracer_bpf__load(skel_);
     if (err) {
@@ -173,7 +174,8 @@ void TracerProgram::load(ProbeAttacher& probes) {
             if (bpf_map_update_elem(bpf_map__fd(skel_->maps.counters), &key, &fd, BPF_ANY) != 0)
                 throw_errno("installing counter " + counters_->active()[c]->name);
         }
-    if (probes.wait_samples()) open_wait_sampler();
+    if (probes.wait_samples()) open_sampler(skel_->progs.wait_sample, opts_.sample_hz, "--wait sampled");
+    if (opts_.level == TraceLevel::OpSampled) open_sampler(skel_->progs.op_sample, opts_.op_sample_hz, "--level op-sampled");
     for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
                               std::pair{skel_->progs.sched_switch_3arg, "sched_switch"},
                               std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},
@@ -183,10 +185,11 @@ void TracerProgram::load(ProbeAttacher& probes) {
     }
 }
 
-// --wait sampled: a CPU-clock sampling event on every CPU, each running wait_sample.
-void TracerProgram::open_wait_sampler() {
-    tables_.set_meta(store::MetaKey::WaitMethod, to_string(opts_.wait));
-    tables_.set_meta(store::MetaKey::SampleHz, std::to_string(opts_.sample_hz));
+// A CPU-clock sampling event at HZ on every CPU, each running PROG (wait_sample for --wait
+// sampled, op_sample for --level op-sampled: never both).
+void TracerProgram::open_sampler(bpf_program* prog, unsigned hz, const std::string& why) {
+    if (prog == skel_->progs.wait_sample) tables_.set_meta(store::MetaKey::WaitMethod, to_string(opts_.wait));
+    tables_.set_meta(store::MetaKey::SampleHz, std::to_string(hz));
     for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
         perf_event_attr a{};
         a.size = sizeof a;
@@ -194,23 +197,23 @@ void TracerProgram::open_wait_sampler() {
         a.config = PERF_COUNT_SW_CPU_CLOCK;
         // cpu-clock counts nanoseconds; a few µs off the round period so that samples do
         // not run in step with the scheduler tick or other round-period timers.
-        a.sample_period = 1000000000ull / opts_.sample_hz + 1237;
+        a.sample_period = 1000000000ull / hz + 1237;
         int fd = int(syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
         if (fd < 0) {
             if (errno == ENODEV || errno == EINVAL) continue;  // a possible CPU that is offline
-            throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (--wait sampled)");
+            throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (" + why + ")");
         }
-        bpf_link* l = bpf_program__attach_perf_event(skel_->progs.wait_sample, fd);
+        bpf_link* l = bpf_program__attach_perf_event(prog, fd);
         if (!l) {
             int err = errno;
             ::close(fd);
-            throw Error(std::string("attaching the wait sampler: ") + std::strerror(err));
+            throw Error("attaching the CPU-clock sampler (" + why + "): " + std::strerror(err));
         }
         sample_links_.push_back(l);  // the link owns the fd
     }
 }
 
-void TracerProgram::close_wait_sampler() {
+void TracerProgram::close_samplers() {
     for (bpf_link* l : sample_links_) bpf_link__destroy(l);
     sample_links_.clear();
 }

@@ -37,9 +37,10 @@ public:
     // every W calls (taken once; null otherwise).
     std::unique_ptr<OperatorGate> take_alternating_gate() { return std::move(alternating_gate_); }
     // Loads the programs the options need (PROBES knows which wait method runs), installs
-    // the counters, opens the wait sampler and attaches the tracepoints.
+    // the counters, opens the samplers (--wait sampled, --level op-sampled) and attaches the
+    // tracepoints.
     void load(ProbeAttacher& probes);
-    void close_wait_sampler();
+    void close_samplers();
 
     // A loader stop of ours holds the target (the kernel side stopped it more often than
     // it was resumed, by us or by the guardian).
@@ -78,7 +79,7 @@ public:
 private:
     void open_counters();
     void read_knobs(bool has_gate);
-    void open_wait_sampler();
+    void open_sampler(bpf_program* prog, unsigned hz, const std::string& why);
 
     const RecordOptions& opts_;
     bool launched_;

@@ -19,7 +19,7 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 // From version 8 the sequences each batch served (batch_seqs).
 constexpr int kBatchSeqsSchema = 8;
 // From version 7 a node's details are stored once per change (node_defs, node_def_srcs)
@@ -39,7 +39,7 @@ std::string counter_columns(const std::string& prefix = "");
 void build_indexes(sqlite3* db) noexcept;
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
-constexpr int kEventsVersion = 7;
+constexpr int kEventsVersion = 8;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {

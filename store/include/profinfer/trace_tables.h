@@ -17,8 +17,8 @@ namespace profinfer::store {
 // Record kinds, indexed by the event header's kind (tracer/include/profinfer/events.h
 // PI_EV_*; the tracer checks the two agree): the lost_events kinds that are whole records.
 // Index 0 is no kind.
-inline constexpr std::array<const char*, 11> kRecordKinds = {
-    "", "token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu", "batch"};
+inline constexpr std::array<const char*, 12> kRecordKinds = {
+    "", "token", "library", "graph", "op", "node", "experts", "sched_switch", "sched_wakeup", "gpu", "batch", "sample"};
 bool is_record_kind(const std::string& kind);
 
 struct TokenRow {
@@ -87,6 +87,13 @@ struct SchedWakeupRow {
     int64_t ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid;
     std::string waker_comm;
 };
+struct CpuSampleRow {
+    int64_t ts_ns, tid, cpu, graph_seq, ip;
+};
+struct CodeRangeRow {
+    int64_t lo, hi;
+    std::string library, function;
+};
 struct ProbeRow {
     std::string symbol, library, kind;
     bool attached;
@@ -139,6 +146,8 @@ public:
     void add(const BatchSeqRow& r);
     void add(const SchedSwitchRow& r);
     void add(const SchedWakeupRow& r);
+    void add(const CpuSampleRow& r);
+    void add(const CodeRangeRow& r);
     void add(const ProbeRow& r);
     void add(const LibraryRow& r);  // replaces the row of the same path
     void add(const CounterRow& r);

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 7
+#define PI_EVENTS_VERSION 8
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -37,7 +37,8 @@ enum pi_event_kind {
 	PI_EV_WAKEUP = 8,  /* sched_wakeup of a target thread */
 	PI_EV_GPU = 9,     /* host side of a GPU-API backend (Vulkan): a node's dispatch, a submit, a wait */
 	PI_EV_BATCH = 10,  /* the sequence, position and output flag of each token of a llama_decode batch */
-	PI_EV_KIND_MAX = 11,
+	PI_EV_SAMPLE = 11, /* --level op-sampled: a CPU-clock sample of a target thread while a CPU graph runs */
+	PI_EV_KIND_MAX = 12,
 };
 
 /* Data the probes saw but could not record whole, counted per reason (besides records
@@ -210,6 +211,16 @@ struct pi_gpu_event {
 	__u64 start_ns, end_ns;
 	__u32 kind;
 	__s32 ret;       /* DISPATCH: ggml_vk_build_graph's result (1: the node ended a command buffer) */
+};
+
+/* One sample of the running thread (h.tid, h.cpu) of the target while a CPU graph of it runs:
+ * the interrupted instruction (a kernel address when the sample fell in the kernel: a trap,
+ * a fault, a system call), and the graph. */
+struct pi_sample_event {
+	struct pi_event_header h;
+	__u64 ts_ns;
+	__u64 ip;
+	__u64 graph_seq;
 };
 
 struct pi_layout {

@@ -8,7 +8,10 @@
 
 namespace profinfer {
 
-enum class TraceLevel { Token, Graph, Op, Full };
+// op-sampled: the graph level plus CPU-clock samples of the inference threads, each named by
+// the function it interrupted and that function's operator — operator time shares as
+// estimates, without a trap per node (docs/recording.md).
+enum class TraceLevel { Token, Graph, OpSampled, Op, Full };
 TraceLevel parse_trace_level(const std::string& s);
 const char* to_string(TraceLevel l);
 
@@ -43,7 +46,8 @@ struct RecordOptions {
     uint64_t memory_limit = 0;
     SchedPeers sched_peers = SchedPeers::Comm;
     WaitMethod wait = WaitMethod::Sampled;  // at --level full
-    unsigned sample_hz = 250;
+    unsigned sample_hz = 250;  // --wait sampled
+    unsigned op_sample_hz = 1000;  // --level op-sampled
     // The recorder's reading and writing at SCHED_IDLE (raised while the ring buffer fills,
     // the target waits at a loader stop or a signal is pending), or at normal priority.
     bool idle_consumer = true;

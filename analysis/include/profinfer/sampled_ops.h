@@ -1,0 +1,28 @@
+#pragma once
+// --level op-sampled (docs/recording.md): operator time shares estimated from CPU-clock
+// samples of the inference threads, each named by the function whose code it interrupted.
+#include <cstdint>
+#include <string>
+
+#include "profinfer/store.h"
+#include "profinfer/table.h"
+
+namespace profinfer {
+
+// The operator type (as the exact levels name it: MUL_MAT, SOFT_MAX, ...) whose work runs in
+// FUNCTION (a symbol of LIBRARY, mangled or not), or a bracketed bucket for what is no one
+// operator's: "[barrier wait]" (ggml_barrier, libgomp), "[graph loop]" (the code between
+// nodes: ggml_graph_compute_thread, the op dispatch, shape helpers), "[kernel]" (IN_KERNEL: a
+// trap, a fault, a system call), "[other]" (a function no rule names, or no function).
+std::string op_of_sampled_function(const std::string& function, const std::string& library, bool in_kernel);
+
+// Whether the trace holds op-sampled samples.
+bool has_cpu_samples(store::Database& db);
+
+// Per op type and bucket: samples, the share of all samples taken in graphs, the share of the
+// samples named by an operator (op_share_pct, what the exact op level's share is compared
+// with) with its 95 % Wilson interval, and the CPU time the samples stand for (samples ×
+// the sampling period). Estimates: the `estimate` column says so.
+Table sampled_op_table(store::Database& db);
+
+}  // namespace profinfer

@@ -1,0 +1,88 @@
+// --level op-sampled: operator time shares from CPU-clock samples, with no probe on any node.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "profinfer/sampled_ops.h"
+#include "profinfer/stats.h"
+#include "profinfer/store.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace profinfer;
+using namespace profinfer::test;
+
+namespace {
+
+fs::path record_dump(const TempDir& d, const std::string& name, const std::vector<std::string>& level, int tokens,
+                     const std::string& threads) {
+    std::vector<std::string> argv{profinfer_bin(), "record", "-o", d / name};
+    argv.insert(argv.end(), level.begin(), level.end());
+    for (const std::string& a : {std::string("--"), graph_dump_bin().string(), tiny_model("llama3.2-1b").string(),
+                                 std::string("Hello world"), std::to_string(tokens), threads, std::string("--no-callback")})
+        argv.push_back(a);
+    auto r = run(argv);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return d / name;
+}
+
+}  // namespace
+
+// The samples belong to the target's graphs and threads, no operator probe went in, and the
+// op types the samples name are op types the exact operator level records on the same
+// workload, the largest the same; each share's interval holds it, and the shares add up.
+TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
+    PROFINFER_REQUIRE_BPF();
+    for (const std::string threads : {"1", "2"}) {
+        SCOPED_TRACE(threads + " thread(s)");
+        // Enough samples named by an operator, however fast the machine decodes.
+        std::unique_ptr<TempDir> d;
+        fs::path sampled;
+        int tokens = 0;
+        const std::string missing = grow_until_enough([&](int scale) -> std::string {
+            d = std::make_unique<TempDir>();
+            tokens = 200 * scale;
+            sampled = record_dump(*d, "sampled.db", {"--level", "op-sampled", "--sample-hz", "4000"}, tokens, threads);
+            int64_t named = 0;
+            for (const auto& r : stats_table(*open_trace(sampled), "op-type").to_json())
+                if (r["op"].get<std::string>().front() != '[') named += r["samples"].get<int64_t>();
+            return named >= 300 ? "" : std::to_string(named) + " of 300 samples named by an operator from " +
+                                            std::to_string(tokens) + " tokens";
+        });
+        ASSERT_EQ(missing, "");
+        store::Database db(sampled, store::Database::Mode::ReadOnly);
+        EXPECT_EQ(db.meta()[store::MetaKey::Level], "op-sampled");
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM probes WHERE attached = 1 AND symbol GLOB '*compute_forward*'"), 0);
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM ops"), 0);
+        EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
+        // Every sample inside a CPU graph of the target, on one of its threads.
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples s WHERE NOT EXISTS (SELECT 1 FROM graphs g WHERE "
+                            "g.seq = s.graph_seq AND g.api = 'cpu' AND s.ts_ns BETWEEN g.start_ns AND g.end_ns)"),
+                  0);
+        // The thread that calls llama_decode computes too; no more threads than ggml was given.
+        EXPECT_GT(db.scalar("SELECT count(*) FROM cpu_samples WHERE tid = (SELECT min(tid) FROM tokens)"), 0);
+        EXPECT_LE(db.scalar("SELECT count(DISTINCT tid) FROM cpu_samples"), std::stoi(threads));
+        const auto t = stats_table(*open_trace(sampled), "op-type").to_json();
+        double sum = 0;
+        std::set<std::string> named;
+        for (const auto& r : t) {
+            SCOPED_TRACE(r.dump());
+            EXPECT_EQ(r["estimate"], "sampled");
+            sum += r["share_pct"].get<double>();
+            if (r["op"].get<std::string>().front() == '[') continue;
+            named.insert(r["op"].get<std::string>());
+            EXPECT_LE(r["ci95_lo"].get<double>(), r["op_share_pct"].get<double>());
+            EXPECT_GE(r["ci95_hi"].get<double>(), r["op_share_pct"].get<double>());
+        }
+        EXPECT_NEAR(sum, 100.0, 1e-6);
+        // The exact operator level on the same workload: the op types there.
+        const fs::path exact = record_dump(*d, "exact.db", {"--level", "op"}, tokens, threads);
+        const auto e = stats_table(*open_trace(exact), "op-type").to_json();
+        ASSERT_FALSE(e.empty());
+        std::set<std::string> recorded;
+        for (const auto& r : e) recorded.insert(r["op"].get<std::string>());
+        for (const auto& op : named) EXPECT_TRUE(recorded.count(op)) << op << " is named by samples, never recorded exactly";
+        // Rows come largest first: the operator with the most samples is the one with the most time.
+        EXPECT_EQ(t.front()["op"], e.front()["op"]);
+    }
+}
