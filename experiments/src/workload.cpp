@@ -145,9 +145,9 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
                      LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
                      p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
     } else if (program == "attach") {
-        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op" && tracer != "full" &&
-            tracer != "bpftrace")
-            throw Error("program attach runs under tracer none (the A/A control), a level (token, graph, op, full) or "
+        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op-sampled" && tracer != "op" &&
+            tracer != "full" && tracer != "bpftrace")
+            throw Error("program attach runs under tracer none (the A/A control), a level (token, graph, op-sampled, op, full) or "
                         "bpftrace (the count-only floor on the operator hooks), not " + tracer);
         // One long-running target, windows with a recorder attached and without, in the same
         // process: the peer attaches `profinfer record --pid` itself (no DB kept).
@@ -170,9 +170,9 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         std::string level = tracer;
         if (tracer.rfind("budget-", 0) == 0)
             level = "op", w.program.insert(w.program.end(), {"--record-arg=--budget", "--record-arg=" + tracer.substr(7)});
-        else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" && tracer != "op" &&
-                 tracer != "full")
-            throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op, full), "
+        else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" &&
+                 tracer != "op-sampled" && tracer != "op" && tracer != "full")
+            throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
                         "budget-P or bpftrace (the floor), not " + tracer);
         w.program.insert(w.program.end(), {"--level", level});
         if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
