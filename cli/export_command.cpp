@@ -30,7 +30,8 @@ void add_export(CLI::App& app, std::function<int()>& action) {
             if (s.samples == 0)
                 std::cerr << "profinfer: no operator time in " << *db
                           << " (recorded at --level token or graph?): the profile is empty\n";
-            std::cerr << "profinfer: " << s.samples << " stacks, " << s.total_ns / 1e6 << " ms of operator time";
+            std::cerr << "profinfer: " << s.samples << " stacks, " << s.total_ns / 1e6
+                      << (s.sampled ? " ms of CPU time estimated from samples (--level op-sampled)" : " ms of operator time");
             if (s.requests) std::cerr << " over " << s.requests << " requests";
             std::cerr << " → " << *out << "\n";
             return 0;

@@ -1,4 +1,5 @@
 #include "profinfer/pprof.h"
+#include "profinfer/sampled_ops.h"
 
 #include <map>
 #include <string>
@@ -64,9 +65,46 @@ private:
 
 }  // namespace
 
+namespace {
+
+// --level op-sampled: no operator was timed; the CPU-clock samples are the profile, each
+// function's under its operator (or bucket): value the samples and the CPU time they stand
+// for (samples ÷ rate).
+PprofSummary write_sampled(store::Database& db, Builder& b, std::ostream& out) {
+    for (const auto& [type, unit] : {std::pair{"samples", "count"}, {"cpu_estimate", "nanoseconds"}}) {
+        auto* st = b.p.add_sample_type();
+        st->set_type(b.str(type));
+        st->set_unit(b.str(unit));
+    }
+    b.p.set_default_sample_type(b.str("cpu_estimate"));
+    b.p.add_comment(b.str("profinfer: CPU-clock samples of llama.cpp's graphs in " + db.path().filename().string() +
+                          " (--level op-sampled): estimates; stack operator > function"));
+    const double hz = sample_hz_of(db);
+    PprofSummary sum;
+    sum.sampled = true;
+    for_each_sampled_function(db, [&](const SampledFunction& f) {
+        auto* s = b.p.add_sample();
+        s->add_location_id(b.frame(f.function.empty() ? f.library + " (no symbol)" : f.function));
+        s->add_location_id(b.frame(f.op));
+        const int64_t ns = hz > 0 ? int64_t(double(f.samples) * 1e9 / hz) : 0;
+        s->add_value(f.samples);
+        s->add_value(ns);
+        b.label(s, "op", f.op);
+        ++sum.samples;
+        sum.total_ns += ns;
+    });
+    if (hz > 0) b.p.set_period(int64_t(1e9 / hz));
+    b.p.set_duration_nanos(db.scalar("SELECT coalesce(max(end_ns) - min(start_ns), 0) FROM calls"));
+    if (!b.p.SerializeToOstream(&out) || !out) throw Error("writing the pprof profile failed");
+    return sum;
+}
+
+}  // namespace
+
 PprofSummary write_pprof(store::Database& db, std::ostream& out) {
     GOOGLE_PROTOBUF_VERIFY_VERSION;
     Builder b;
+    if (!db.scalar("SELECT EXISTS (SELECT 1 FROM block_times)") && has_cpu_samples(db)) return write_sampled(db, b, out);
     auto* st = b.p.add_sample_type();
     st->set_type(b.str("operator_time"));
     st->set_unit(b.str("nanoseconds"));

@@ -61,6 +61,7 @@ RunSummary RunSummary::load(store::Database& db) {
     s.sched_switches = db.scalar("SELECT count(*) FROM sched_switch");
     s.sched_wakeups = db.scalar("SELECT count(*) FROM sched_wakeup");
     s.expert_records = db.scalar("SELECT count(*) FROM expert_uses");
+    s.cpu_samples = db.scalar("SELECT count(*) FROM cpu_samples");
     if (db.scalar("SELECT count(*) FROM counters WHERE available = 1") > 0 && s.op_records > 0)
         s.counters_valid_share = double(db.scalar("SELECT count(*) FROM thread_parts WHERE c0 IS NOT NULL")) / double(s.op_records);
     {
@@ -121,6 +122,7 @@ nlohmann::json RunSummary::to_json() const {
         {"sched_switches", sched_switches},
         {"sched_wakeups", sched_wakeups},
         {"expert_records", expert_records},
+        {"cpu_samples", cpu_samples},
         {"counters_valid_share", counters_valid_share},
         {"counters", [&] {
              auto a = nlohmann::json::array();
@@ -161,6 +163,10 @@ std::string RunSummary::to_text() const {
       << " op types, " << thread_slots << " thread slots (ith) on " << threads << " OS threads\n"
       << "scheduler       " << sched_switches << " switches, " << sched_wakeups << " wakeups\n"
       << "expert records  " << expert_records << "\n"
+      << (cpu_samples || meta[store::MetaKey::Level] == "op-sampled"
+              ? "cpu samples     " + std::to_string(cpu_samples) + " in the CPU graphs at " + meta[store::MetaKey::SampleHz] +
+                    " Hz per CPU (operator shares as estimates: stat --by op-type)\n"
+              : std::string())
       << "op strategy     " << j["op_strategy"].get<std::string>() << "\n"
       << "struct layout   " << j["struct_layout"].get<std::string>() << "\n"
       << "TTFT            " << ms(ttft_ms, "(no prefill call)") << "\n"

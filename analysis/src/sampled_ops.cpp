@@ -83,28 +83,38 @@ std::string op_of_sampled_function(const std::string& function, const std::strin
 
 bool has_cpu_samples(store::Database& db) { return db.scalar("SELECT EXISTS (SELECT 1 FROM cpu_samples)") != 0; }
 
-Table sampled_op_table(store::Database& db) {
+void for_each_sampled_function(store::Database& db, const std::function<void(const SampledFunction&)>& f) {
     // Each distinct instruction once: resolved against the function ranges (the greatest lo at
-    // or below it, if its range holds it), then named by its operator.
+    // or below it, if its range holds it); kernel addresses (negative) as one.
+    store::Statement st(db.handle(),
+                        "WITH ips AS (SELECT CASE WHEN ip < 0 THEN -1 ELSE ip END AS ip, count(*) AS n FROM cpu_samples "
+                        "GROUP BY 1), named AS (SELECT ips.ip < 0 AS kernel, r.library, r.function, ips.n FROM ips "
+                        "LEFT JOIN code_ranges r ON r.lo = (SELECT max(lo) FROM code_ranges WHERE lo <= ips.ip) "
+                        "AND ips.ip < r.hi) "
+                        "SELECT kernel, coalesce(library, ''), coalesce(function, ''), sum(n) FROM named GROUP BY 1, 2, 3");
+    while (st.step()) {
+        const bool kernel = st.column_int(0) != 0;
+        SampledFunction s{st.column_text(1), st.column_text(2), "", st.column_int(3)};
+        s.op = op_of_sampled_function(s.function, s.library, kernel);
+        if (kernel) s.function = "[kernel]";
+        f(s);
+    }
+}
+
+double sample_hz_of(store::Database& db) {
+    const store::Meta meta = db.meta();
+    return meta.has(store::MetaKey::SampleHz) ? double(meta.integer(store::MetaKey::SampleHz)) : 0;
+}
+
+Table sampled_op_table(store::Database& db) {
     std::map<std::string, int64_t> by_op;
     int64_t all = 0, named = 0;
-    {
-        store::Statement st(db.handle(),
-                            "WITH ips AS (SELECT ip, count(*) AS n FROM cpu_samples GROUP BY ip) "
-                            "SELECT ips.ip, ips.n, r.library, r.function FROM ips LEFT JOIN code_ranges r "
-                            "ON r.lo = (SELECT max(lo) FROM code_ranges WHERE lo <= ips.ip) AND ips.ip < r.hi");
-        while (st.step()) {
-            const int64_t ip = st.column_int(0), n = st.column_int(1);
-            const std::string lib = st.column_is_null(2) ? "" : st.column_text(2);
-            const std::string fn = st.column_is_null(3) ? "" : st.column_text(3);
-            const std::string op = op_of_sampled_function(fn, lib, ip < 0);
-            by_op[op] += n;
-            all += n;
-            if (op.front() != '[') named += n;
-        }
-    }
-    const store::Meta meta = db.meta();
-    const double hz = meta.has(store::MetaKey::SampleHz) ? double(meta.integer(store::MetaKey::SampleHz)) : 0;
+    for_each_sampled_function(db, [&](const SampledFunction& s) {
+        by_op[s.op] += s.samples;
+        all += s.samples;
+        if (s.op.front() != '[') named += s.samples;
+    });
+    const double hz = sample_hz_of(db);
     std::vector<std::pair<std::string, int64_t>> order(by_op.begin(), by_op.end());
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
         return (a.first.front() == '[') != (b.first.front() == '[') ? b.first.front() == '[' : a.second > b.second;

@@ -3,6 +3,8 @@
 
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "profinfer/sampled_ops.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
@@ -75,6 +77,15 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
             EXPECT_GE(r["ci95_hi"].get<double>(), r["op_share_pct"].get<double>());
         }
         EXPECT_NEAR(sum, 100.0, 1e-6);
+        // The other readers say what they show: info counts the samples, pprof's profile is the
+        // samples' CPU time under operator > function, said to be estimated.
+        const auto info = run({profinfer_bin(), "info", "--json", sampled.string()});
+        ASSERT_EQ(info.status, 0) << info.err;
+        EXPECT_EQ(nlohmann::json::parse(info.out)["cpu_samples"].get<int64_t>(), db.scalar("SELECT count(*) FROM cpu_samples"));
+        const auto prof = run({profinfer_bin(), "export", "pprof", sampled.string(), "-o", (d->path() / "s.pb").string()});
+        ASSERT_EQ(prof.status, 0) << prof.err;
+        EXPECT_NE(prof.err.find("estimated from samples"), std::string::npos) << prof.err;
+        EXPECT_GT(fs::file_size(d->path() / "s.pb"), 0u);
         // The exact operator level on the same workload: the op types there.
         const fs::path exact = record_dump(*d, "exact.db", {"--level", "op"}, tokens, threads);
         const auto e = stats_table(*open_trace(exact), "op-type").to_json();

@@ -21,6 +21,7 @@ struct PprofSummary {
     int64_t samples = 0;     // distinct stacks written
     int64_t total_ns = 0;    // the sum of their values
     int64_t requests = 0;    // request frames (0 without sequence ids)
+    bool sampled = false;    // --level op-sampled: CPU time estimated from samples, not operator time
 };
 
 // Writes DB's operator time as an uncompressed serialized Profile to OUT (pprof reads it

@@ -36,6 +36,7 @@ struct RunSummary {
     int64_t outside_calls = 0;                  // nodes recorded outside any call (in flight at attach)
     int64_t ops_untraced_calls = 0;             // calls an operator gate (--budget, QoS) left out, or begun while the operator probes went in
     int64_t sched_switches = 0, sched_wakeups = 0, expert_records = 0;
+    int64_t cpu_samples = 0;  // --level op-sampled: samples taken in the CPU graphs
     double counters_valid_share = 0;            // ops whose counter deltas are known (no migration)
     // Each counter asked for: "counted", "read 0 on every operator: …" or "unavailable: reason".
     std::vector<std::pair<std::string, std::string>> counters;

@@ -2,6 +2,7 @@
 // --level op-sampled (docs/recording.md): operator time shares estimated from CPU-clock
 // samples of the inference threads, each named by the function whose code it interrupted.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "profinfer/store.h"
@@ -15,6 +16,16 @@ namespace profinfer {
 // nodes: ggml_graph_compute_thread, the op dispatch, shape helpers), "[kernel]" (IN_KERNEL: a
 // trap, a fault, a system call), "[other]" (a function no rule names, or no function).
 std::string op_of_sampled_function(const std::string& function, const std::string& library, bool in_kernel);
+
+// The samples grouped by the function they fell in: its library and symbol ("" where none
+// covers the address), its operator (op_of_sampled_function) and their number.
+struct SampledFunction {
+    std::string library, function, op;
+    int64_t samples;
+};
+void for_each_sampled_function(store::Database& db, const std::function<void(const SampledFunction&)>& f);
+// The sampling rate of an op-sampled trace (samples per second and CPU; 0 if unknown).
+double sample_hz_of(store::Database& db);
 
 // Whether the trace holds op-sampled samples.
 bool has_cpu_samples(store::Database& db);
