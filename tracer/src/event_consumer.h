@@ -76,7 +76,7 @@ private:
     bool paused_ = false;
     std::function<void()> between_;
     size_t defer_cap_ = 0;
-    std::vector<unsigned char> deferred_;  // records held: each a 4-byte size, then its bytes
+    std::vector<unsigned char> deferred_;  // records held: each an 8-byte slot with its size, then its bytes (padded to 8)
     int64_t deferred_flushes_ = 0;
     std::function<void()> stored_;
     std::array<uint64_t, PI_EV_KIND_MAX> not_stored_{};
