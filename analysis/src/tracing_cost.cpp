@@ -5,6 +5,8 @@
 #include <fstream>
 #include <numeric>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "profinfer/error.h"
 #include "profinfer/intervals.h"
@@ -148,6 +150,60 @@ Fidelity fidelity_against_callback(store::Database& d, const fs::path& nodes_csv
     out.operators = rel.size();
     out.median_rel_err_pct = rel.empty() ? NAN : 100 * median_of(rel);
     out.callback_slower_pct = rel.empty() ? NAN : 100.0 * double(slower) / double(rel.size());
+    return out;
+}
+
+WorkloadFacts workload_facts(store::Database& db) {
+    WorkloadFacts f;
+    f.level = db.meta()[store::MetaKey::Level];
+    f.decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
+    if (f.decode_calls == 0) throw Error(db.path().string() + " has no decode call (llama_decode of one token)");
+    const int64_t records = db.scalar("SELECT count(*) FROM ops o JOIN call_graphs g ON g.graph_seq = o.graph_seq "
+                                      "WHERE g.phase = 'decode'");
+    if (records == 0)
+        throw Error(db.path().string() + " has no operator record in its decode calls: record the target at --level op "
+                                         "(a few calls are enough)");
+    f.threads = double(db.scalar("SELECT max(nth) FROM ops"));
+    f.nodes_per_thread = double(records) / double(f.decode_calls) / std::max(1.0, f.threads);
+    f.graphs_per_call = double(db.scalar("SELECT count(*) FROM call_graphs WHERE phase = 'decode'")) / double(f.decode_calls);
+    std::vector<double> ms;
+    store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
+    while (st.step()) ms.push_back(double(st.column_int(0)) / 1e6);
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    f.traced_call_ms = ms[ms.size() / 2];
+    return f;
+}
+
+std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
+                                           int wait_sample_hz) {
+    // Hits on one thread's path per decode call: llama_decode's entry and return on the
+    // calling thread; each graph's entry and return (the calling thread); each node's start on
+    // every thread (the threads pay in parallel, the graph waits for the slowest at barriers).
+    const double token_hits = 2, graph_hits = token_hits + 2 * f.graphs_per_call;
+    auto hits_us = [&](double hits) { return hits * c.hit_ns / 1e3; };
+    // A sampler takes sample_ns from the sampled thread per sample: a share of the call.
+    const double traced_us = f.traced_call_ms * 1e3;
+    const std::vector<std::tuple<std::string, double, int>> levels = {
+        {"token", token_hits, 0},
+        {"graph", graph_hits, 0},
+        {"op-sampled", graph_hits, op_sample_hz},
+        {"op", graph_hits + f.nodes_per_thread, 0},
+        {"full", graph_hits + f.nodes_per_thread, wait_sample_hz}};
+    // The call without recording: the traced call minus what the trace's own level added.
+    const double own_hits = graph_hits + f.nodes_per_thread;
+    const int own_hz = f.level == "full" ? wait_sample_hz : 0;
+    const double own_share = double(own_hz) * c.sample_ns / 1e9;
+    const double untraced_us = std::max(1e-3, (traced_us - hits_us(own_hits)) / (1 + own_share));
+    std::vector<LevelEstimate> out;
+    for (const auto& [level, hits, hz] : levels) {
+        LevelEstimate e;
+        e.level = level;
+        e.hits_per_call = hits;
+        e.samples_per_call = double(hz) * untraced_us / 1e6;
+        e.added_us = hits_us(hits) + e.samples_per_call * c.sample_ns / 1e3;
+        e.slowdown_pct = 100.0 * e.added_us / untraced_us;
+        out.push_back(e);
+    }
     return out;
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "profinfer/store.h"
 #include "profinfer/tracing_cost.h"
@@ -119,4 +120,37 @@ TEST(TracingCost, FidelityComparesTheSameOperators) {
     const Fidelity f1 = fidelity_against_callback(*open_trace(golden), d / "slow.csv");
     EXPECT_NEAR(f1.median_rel_err_pct, 20.0, 0.5);
     EXPECT_NEAR(f1.callback_slower_pct, 100.0, 1e-9);
+}
+
+// A decode call of 2 threads × 45 nodes and 2 graphs, traced at op level at 10 ms: each
+// level's hits, samples and slowdown follow from the costs, against the call without them.
+TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
+    WorkloadFacts f;
+    f.level = "op";
+    f.decode_calls = 10;
+    f.threads = 2;
+    f.nodes_per_thread = 45;
+    f.graphs_per_call = 2;
+    f.traced_call_ms = 10;
+    const HitCosts c{500, 1000, 2000};  // a hit 1 µs, a sample 2 µs
+    const auto e = estimate_levels(f, c, 1000, 250);
+    ASSERT_EQ(e.size(), 5u);
+    std::map<std::string, LevelEstimate> by;
+    for (const auto& l : e) by[l.level] = l;
+    // Hits on one thread's path: llama_decode's 2, each graph's 2, the thread's nodes.
+    EXPECT_DOUBLE_EQ(by["token"].hits_per_call, 2);
+    EXPECT_DOUBLE_EQ(by["graph"].hits_per_call, 6);
+    EXPECT_DOUBLE_EQ(by["op-sampled"].hits_per_call, 6);
+    EXPECT_DOUBLE_EQ(by["op"].hits_per_call, 51);
+    // The untraced call: 10 ms minus the trace's own 51 hits of 1 µs.
+    const double untraced_us = 10'000 - 51;
+    EXPECT_NEAR(by["op"].slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
+    EXPECT_NEAR(by["token"].added_us, 2, 1e-9);
+    // op-sampled: a sample per ms of the untraced call, 2 µs each.
+    EXPECT_NEAR(by["op-sampled"].samples_per_call, untraced_us / 1000, 1e-9);
+    EXPECT_NEAR(by["op-sampled"].added_us, 6 + 2 * untraced_us / 1000, 1e-9);
+    EXPECT_LT(by["token"].slowdown_pct, by["graph"].slowdown_pct);
+    EXPECT_LT(by["graph"].slowdown_pct, by["op-sampled"].slowdown_pct);
+    EXPECT_LT(by["op-sampled"].slowdown_pct, by["op"].slowdown_pct);
+    EXPECT_LT(by["op"].slowdown_pct, by["full"].slowdown_pct);
 }

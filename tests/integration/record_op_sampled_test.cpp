@@ -97,3 +97,30 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         EXPECT_EQ(t.front()["op"], e.front()["op"]);
     }
 }
+
+// profinfer estimate on an op-level recording: this machine's costs measured, the target's
+// facts read from the trace as the trace holds them, a prediction per level in order.
+TEST(Estimate, PredictsEachLevelFromATraceAndThisMachinesCosts) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const fs::path exact = record_dump(d, "exact.db", {"--level", "op"}, 16, "2");
+    auto r = run({profinfer_bin(), "estimate", exact.string(), "--seconds", "0.5", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    store::Database db(exact, store::Database::Mode::ReadOnly);
+    const double calls = double(db.scalar("SELECT count(*) FROM tokens WHERE n_tokens = 1"));
+    const double ops = double(db.scalar("SELECT count(*) FROM ops o JOIN graphs g ON g.seq = o.graph_seq "
+                                        "JOIN tokens t ON g.start_ns BETWEEN t.start_ns AND t.end_ns WHERE t.n_tokens = 1"));
+    EXPECT_EQ(j["threads"].get<double>(), 2);
+    EXPECT_NEAR(j["nodes_per_thread"].get<double>(), ops / calls / 2, 1e-9);
+    EXPECT_GT(j["trap_ns"].get<double>(), 0);
+    EXPECT_GE(j["hit_ns"].get<double>(), j["trap_ns"].get<double>() * 0.5);
+    ASSERT_EQ(j["levels"].size(), 5u);
+    std::vector<std::string> names;
+    for (const auto& l : j["levels"]) names.push_back(l["level"]);
+    EXPECT_EQ(names, (std::vector<std::string>{"token", "graph", "op-sampled", "op", "full"}));
+    EXPECT_LT(j["levels"][1]["slowdown_pct"].get<double>(), j["levels"][3]["slowdown_pct"].get<double>());
+    // Below --level op there is nothing to count nodes from: said in one line.
+    const fs::path token = record_dump(d, "token.db", {"--level", "token"}, 4, "1");
+    expect_one_line_failure(run({profinfer_bin(), "estimate", token.string()}), "--level op");
+}

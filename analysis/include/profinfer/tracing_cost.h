@@ -29,6 +29,38 @@ double achieved_overhead_pct(store::Database& db, int half = 32);
 // The share of calls whose operators were recorded (not left out by a gate), in %.
 double traced_calls_pct(store::Database& db);
 
+// What a decode call of the target does that a recording traps on, from a trace of it at
+// --level op or full (one traced call is enough): its threads, the nodes each computes per
+// call, the graphs per call (both APIs), and the median decode call as traced.
+struct WorkloadFacts {
+    std::string level;          // the trace's level
+    int64_t decode_calls = 0;
+    double threads = 0;         // ggml threads per graph (nth)
+    double nodes_per_thread = 0;  // node probe hits per thread and decode call
+    double graphs_per_call = 0;   // graph records per decode call (backend and CPU)
+    double traced_call_ms = 0;    // median decode call in the trace
+};
+WorkloadFacts workload_facts(store::Database& db);
+
+// What one probe hit, and one CPU-clock sample, cost on this machine (profinfer estimate
+// measures them: tracer/src/probe_cost.h).
+struct HitCosts {
+    double trap_ns = 0, hit_ns = 0, sample_ns = 0;
+};
+// Each level's predicted cost to a decode call of that workload: the probe hits and samples a
+// call takes on its critical path (each thread pays its own: per thread, not summed), the time
+// they add, and the slowdown against the call without them (the traced call minus what the
+// trace's own level added).
+struct LevelEstimate {
+    std::string level;
+    double hits_per_call = 0;    // probe hits on one thread's path
+    double samples_per_call = 0; // CPU-clock samples of one thread
+    double added_us = 0;
+    double slowdown_pct = 0;
+};
+std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz = 1000,
+                                           int wait_sample_hz = 250);
+
 // profinfer's operator times (--level op, decode calls after the first) against the eval
 // callback's (NODES_CSV: call,index,name,op,start_ns,end_ns of the same program and model in
 // another run), per (name, op) present in both.

@@ -1,0 +1,75 @@
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "profinfer/probe_cost.h"
+#include "profinfer/tracing_cost.h"
+#include "subcommands.h"
+
+namespace profinfer::cli {
+
+void add_estimate(CLI::App& app, std::function<int()>& action) {
+    auto trace = std::make_shared<std::string>();
+    auto seconds = std::make_shared<double>(1.0);
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand(
+        "estimate",
+        "Predict each recording level's slowdown of a target's decode on this machine, before recording it at that "
+        "level: this machine's probe-hit and sample costs, measured now on profinfer itself (root), times what one "
+        "decode call of the target hits (from TRACE: a recording of it at --level op or full; a few calls are enough)");
+    cmd->add_option("trace", *trace, "A recording of the target at --level op or full")->required();
+    cmd->add_option("--seconds", *seconds, "How long to measure the costs (about; split among three measures)")
+        ->check(number_in(0.1, 60))
+        ->capture_default_str();
+    cmd->add_flag("--json", *json, "JSON instead of a table");
+    cmd->footer(
+        "Model: a probe hit costs the hitting thread the measured hit (trap and handler); token level hits llama_decode's "
+        "entry and return, graph level each graph's too, op level every node on every thread (each thread pays its own, "
+        "in parallel); a CPU-clock sample costs the sampled thread the measured sample (op-sampled at 1000 Hz, full's "
+        "wait split at 250 Hz). Not counted: the recorder's own CPU on a machine without a spare core, scheduler "
+        "events (full), start-up before the first decode. docs/recording.md.");
+    cmd->callback([&action, trace, seconds, json] {
+        action = [trace, seconds, json] {
+            store::Database db(*trace, store::Database::Mode::ReadOnly);
+            warn_if_partial(db);
+            const WorkloadFacts f = workload_facts(db);
+            std::cerr << "profinfer: measuring this machine's probe and sample costs (" << *seconds << " s)\n";
+            const ProbeCosts c = measure_probe_costs(*seconds);
+            const auto levels = estimate_levels(f, HitCosts{c.trap_ns, c.node_hit_ns, c.sample_ns});
+            if (*json) {
+                nlohmann::json j{{"trace", *trace},
+                                 {"threads", f.threads},
+                                 {"nodes_per_thread", f.nodes_per_thread},
+                                 {"graphs_per_call", f.graphs_per_call},
+                                 {"traced_call_ms", f.traced_call_ms},
+                                 {"trap_ns", c.trap_ns},
+                                 {"hit_ns", c.node_hit_ns},
+                                 {"sample_ns", c.sample_ns},
+                                 {"levels", nlohmann::json::array()}};
+                for (const auto& e : levels)
+                    j["levels"].push_back({{"level", e.level},
+                                           {"hits_per_call", e.hits_per_call},
+                                           {"samples_per_call", e.samples_per_call},
+                                           {"added_us", e.added_us},
+                                           {"slowdown_pct", e.slowdown_pct}});
+                std::cout << j.dump(2) << "\n";
+                return 0;
+            }
+            std::cout << std::fixed << std::setprecision(2) << "this machine: probe hit " << c.node_hit_ns
+                      << " ns (trap alone " << c.trap_ns << " ns), CPU-clock sample " << c.sample_ns << " ns\n"
+                      << "the target (" << *trace << ", --level " << f.level << "): " << f.threads << " threads, "
+                      << f.nodes_per_thread << " nodes per thread and decode call, " << f.graphs_per_call
+                      << " graphs per call, " << f.traced_call_ms << " ms per call as traced\n"
+                      << "level       hits/call  samples/call  added_us  predicted_slowdown_pct\n";
+            for (const auto& e : levels)
+                std::cout << std::left << std::setw(12) << e.level << std::right << std::setw(9) << e.hits_per_call
+                          << std::setw(14) << e.samples_per_call << std::setw(10) << e.added_us << std::setw(24)
+                          << e.slowdown_pct << "\n";
+            return 0;
+        };
+    });
+}
+
+}  // namespace profinfer::cli
