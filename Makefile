@@ -57,13 +57,14 @@ test-under-load: build
 	    --repeat until-fail:$(LOAD_N) && rc=0 || rc=$$?; kill $$load; wait $$load 2>/dev/null; exit $$rc
 
 # The whole suite under AddressSanitizer + UBSan (clang), plus the libFuzzer targets for a
-# fixed number of inputs each: docs/reliability.md.
+# fixed number of inputs each: docs/reliability.md. The virtual-board tests (label vboard)
+# build and boot boards of their own: they belong to make test-vboard, as in make test.
 test-sanitized: deps llama
 	@cmake -S . -B build-sanitized -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ -DPROFINFER_SANITIZE=address,undefined -DPROFINFER_FUZZ=ON >/dev/null
 	@cmake --build build-sanitized -j$(JOBS)
 	@cd build-sanitized && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j1
+	  ctest --output-on-failure -j1 -LE vboard
 
 # Micro-benchmarks: the consumer + store writer in records/s, the analysis in operators/s, what
 # one operator probe hit costs (root: it attaches the recorder's own BPF program)
