@@ -80,6 +80,12 @@ std::string run_section(const fs::path& path, const MachineBench* machine, const
         if (!warning.empty()) o << "<p class=\"warn\"><strong>" << html_escape(warning) << "</strong></p>\n";
     }
     o << "<pre>" << html_escape(summary.to_text()) << "</pre>\n";
+    if (summary.op_records == 0 && summary.cpu_samples > 0) {  // --level op-sampled: shares, not times
+        o << "<h3>Operators, estimated from " << summary.cpu_samples
+          << " CPU-clock samples (--level op-sampled: shares with 95 % intervals; no per-node times, no DAG)</h3>\n"
+          << html_table(stats_table(db, "op-type"), 20) << "</section>\n";
+        return o.str();
+    }
     if (summary.op_records == 0) {
         o << "<p>No operator records (recorded at --level " << html_escape(summary.meta[store::MetaKey::Level]) << ").</p></section>\n";
         return o.str();

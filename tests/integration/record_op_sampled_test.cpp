@@ -86,6 +86,9 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         ASSERT_EQ(prof.status, 0) << prof.err;
         EXPECT_NE(prof.err.find("estimated from samples"), std::string::npos) << prof.err;
         EXPECT_GT(fs::file_size(d->path() / "s.pb"), 0u);
+        const auto html = run({profinfer_bin(), "report", sampled.string(), "-o", (d->path() / "s.html").string()});
+        ASSERT_EQ(html.status, 0) << html.err;
+        EXPECT_NE(read_file(d->path() / "s.html").find("estimated from"), std::string::npos);
         // The exact operator level on the same workload: the op types there.
         const fs::path exact = record_dump(*d, "exact.db", {"--level", "op"}, tokens, threads);
         const auto e = stats_table(*open_trace(exact), "op-type").to_json();
