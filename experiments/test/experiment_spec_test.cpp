@@ -310,7 +310,8 @@ TEST(ExperimentSpec, ARatioToAValueThatCrossesZeroIsNotTestable) {
         return nullptr;
     };
     auto points = synthetic(s, 10, 10);
-    const auto* fine = decode_claim(evaluate_claims(s, points, Testbed{2, false}));
+    const auto before = evaluate_claims(s, points, Testbed{2, false});  // kept: fine points into it
+    const auto* fine = decode_claim(before);
     ASSERT_NE(fine, nullptr);
     EXPECT_NE(fine->verdict, Verdict::NotTestable);
     bool changed = false;
