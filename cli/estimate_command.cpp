@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profinfer/probe_cost.h"
+#include "profinfer/recorder.h"
 #include "profinfer/tracing_cost.h"
 #include "subcommands.h"
 
@@ -27,8 +28,8 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
     cmd->footer(
         "Model: a probe hit costs the hitting thread the measured hit (trap and handler); token level hits llama_decode's "
         "entry and return, graph level each graph's too, op level every node on every thread (each thread pays its own, "
-        "in parallel); a CPU-clock sample costs the sampled thread the measured sample (op-sampled at 1000 Hz, full's "
-        "wait split at 250 Hz). Not counted: the recorder's own CPU on a machine without a spare core, scheduler "
+        "in parallel); a CPU-clock sample costs the sampled thread the measured sample (op-sampled and full's wait "
+        "split at record's default --sample-hz). Not counted: the recorder's own CPU on a machine without a spare core, scheduler "
         "events (full), start-up before the first decode. docs/recording.md.");
     cmd->callback([&action, trace, seconds, json] {
         action = [trace, seconds, json] {
@@ -37,7 +38,9 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
             const WorkloadFacts f = workload_facts(db);
             std::cerr << "profinfer: measuring this machine's probe and sample costs (" << *seconds << " s)\n";
             const ProbeCosts c = measure_probe_costs(*seconds);
-            const auto levels = estimate_levels(f, HitCosts{c.trap_ns, c.node_hit_ns, c.sample_ns});
+            const RecordOptions defaults;
+            const auto levels = estimate_levels(f, HitCosts{c.trap_ns, c.node_hit_ns, c.sample_ns}, int(defaults.op_sample_hz),
+                                                int(defaults.sample_hz));
             if (*json) {
                 nlohmann::json j{{"trace", *trace},
                                  {"threads", f.threads},

@@ -72,7 +72,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     auto* sample_hz = cmd->add_option("--sample-hz", opts->sample_hz,
                                       "Samples per second and CPU: for --wait sampled (default 250) and for "
-                                      "--level op-sampled (default 1000)")
+                                      "--level op-sampled (default 250; profinfer estimate measures what a sample costs here)")
                           ->check(CLI::Range(1, 20000));
     auto consumer = std::make_shared<std::string>("idle");
     cmd->add_option("--consumer", *consumer,

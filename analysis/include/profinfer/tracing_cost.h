@@ -58,8 +58,8 @@ struct LevelEstimate {
     double added_us = 0;
     double slowdown_pct = 0;
 };
-std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz = 1000,
-                                           int wait_sample_hz = 250);
+std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
+                                           int wait_sample_hz);
 
 // profinfer's operator times (--level op, decode calls after the first) against the eval
 // callback's (NODES_CSV: call,index,name,op,start_ns,end_ns of the same program and model in
