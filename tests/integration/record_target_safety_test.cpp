@@ -304,6 +304,17 @@ std::vector<std::string> long_dump(const fs::path& program = graph_dump_bin()) {
     return {program, tiny_model("llama3.2-1b"), "Hello world", "200000", "2", "--no-callback"};
 }
 
+// The user stops TARGET (SIGSTOP), then PROF, recording it into DB, is killed (kill -9): back
+// once profinfer is gone, its trace marked incomplete, and a second gone by for a resume.
+void user_stops_then_profinfer_dies(pid_t target, pid_t prof, const fs::path& db) {
+    kill(target, SIGSTOP);
+    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, 5s));
+    kill(prof, SIGKILL);
+    ASSERT_TRUE(ended(prof, 10s));
+    EXPECT_TRUE(wait_until([&] { return health_of(db) == "incomplete"; }, 10s));
+    std::this_thread::sleep_for(1s);
+}
+
 store::Meta meta_of(const fs::path& db) {
     store::Database d(db, store::Database::Mode::ReadOnly);
     return d.meta();
@@ -570,12 +581,8 @@ TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
     pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
     ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
-    kill(target, SIGSTOP);
-    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, 5s));
-    kill(prof, SIGKILL);
-    ASSERT_TRUE(reap(prof, 10s));
-    EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
-    std::this_thread::sleep_for(1s);
+    user_stops_then_profinfer_dies(target, prof, d / "run.db");
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_EQ(state_of(target), 'T') << "the guardian resumed a target the user had stopped";
     kill(target, SIGKILL);
     kill(target, SIGCONT);
@@ -599,12 +606,8 @@ TEST(TargetSafety, ALaunchedCommandTheUserStoppedStaysStoppedWhenProfinferDies) 
     const pid_t target = launched_child(prof, "llama_graph_dum");
     ASSERT_TRUE(target);
     cleanup.add(target);
-    kill(target, SIGSTOP);
-    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, 5s));
-    kill(prof, SIGKILL);
-    ASSERT_TRUE(ended(prof, 10s));
-    EXPECT_TRUE(wait_until([&] { return health_of(d / "run.db") == "incomplete"; }, 10s));
-    std::this_thread::sleep_for(1s);
+    user_stops_then_profinfer_dies(target, prof, d / "run.db");
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_EQ(state_of(target), 'T') << "a command the user had stopped was continued or ended when profinfer died";
     const int at_resume = calls_printed(d / "out");
     kill(target, SIGCONT);
