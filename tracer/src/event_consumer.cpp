@@ -1,5 +1,7 @@
 #include "event_consumer.h"
 
+#include <chrono>
+
 #include <bpf/libbpf.h>
 
 #include <cerrno>
@@ -98,6 +100,13 @@ int EventConsumer::handle(const void* data, size_t size) {
         paused_ = true;
         return -EAGAIN;
     }
+    // A slice of work, then back to the recorder's loop: a ring buffer never found empty (a
+    // target that records as fast as they are stored) would keep drain() from returning, and
+    // with it --duration, stop signals and the commits.
+    if ((++since_clock_ & 255) == 0 && std::chrono::steady_clock::now() >= slice_end_) {
+        yielded_ = true;
+        return -EAGAIN;
+    }
     return 0;
 }
 
@@ -161,9 +170,11 @@ void EventConsumer::raise_if_failed() {
     if (!error_.empty()) throw Error(error_);
 }
 
-void EventConsumer::drain() {
+bool EventConsumer::drain() {
     raise_if_failed();
+    slice_end_ = std::chrono::steady_clock::now() + kSlice;
     for (;;) {
+        yielded_ = false;
         // A negative return from the callback stops ring_buffer__consume after that record,
         // which it has consumed: a pause loses nothing.
         const int n = ring_buffer__consume(rb_);
@@ -173,12 +184,12 @@ void EventConsumer::drain() {
             between_();
             continue;
         }
-        if (n < 0 && n != -EINTR) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
+        if (n < 0 && n != -EINTR && !yielded_) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
         if (defer_cap_ && deferred_.size() >= defer_cap_) {
             ++deferred_flushes_;
             flush();
         }
-        return;
+        return yielded_;
     }
 }
 

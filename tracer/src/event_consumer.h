@@ -5,6 +5,7 @@
 // profinfer::Error; what happens to the target then is the recorder's decision.
 #include <cstddef>
 #include <array>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -31,7 +32,10 @@ public:
 
     // Stores what the kernel side has handed over (with or without a wake-up), without
     // waiting: the recorder sleeps on the ring buffer's descriptor (ringbuf_fd) itself.
-    void drain();
+    // Returns after kSlice of work at most: true when it stopped there with records left (the
+    // caller calls again before it sleeps: no wake-up comes for records already there).
+    bool drain();
+    static constexpr std::chrono::milliseconds kSlice{100};
     // drain() stops after every BYTES of records to call BETWEEN, then goes on (record
     // --max-db-mb: the trace is bounded within a drain, however much the buffer holds).
     void pause_every(size_t bytes, std::function<void()> between) {
@@ -74,6 +78,9 @@ private:
     std::optional<OperatorGate::Action> gate_action_;
     size_t pause_bytes_ = 0, since_pause_ = 0;
     bool paused_ = false;
+    bool yielded_ = false;  // drain() stopped at the end of its slice
+    unsigned since_clock_ = 0;
+    std::chrono::steady_clock::time_point slice_end_;
     std::function<void()> between_;
     size_t defer_cap_ = 0;
     std::vector<unsigned char> deferred_;  // records held: each an 8-byte slot with its size, then its bytes (padded to 8)

@@ -324,9 +324,10 @@ int RecordingSession::poll_until_exit() {
     if (p_.child) ends.watch(p_.child->pid());
     for (;;) {
         ends.watch(pid_);  // a follower adopted since
+        bool more = false;  // records left in the buffer: no sleep
         if (recording_error_.empty()) {
             try {
-                consumer_->drain();
+                more = consumer_->drain();
                 settle_bound();
                 // The stop count, not the record, says the target sits stopped: it moves
                 // only after the SIGSTOP is sent (so the SIGCONT below cancels it) and
@@ -390,7 +391,7 @@ int RecordingSession::poll_until_exit() {
         } else if (ended(pid_)) {
             return -1;
         }
-        if (!ends.drop_ended()) wake.wait();
+        if (!ends.drop_ended() && !more) wake.wait();
     }
 }
 
@@ -436,7 +437,8 @@ void RecordingSession::store_the_end(int status) {
     set_meta(store::MetaKey::RecorderWakeups, std::to_string(own_wakeups_));
     set_meta(store::MetaKey::RecorderMajorFaults, std::to_string(own_major_faults_));
     try {
-        consumer_->drain();
+        while (consumer_->drain()) {
+        }
         // --defer-mb: what was held, stored now that the target no longer decodes under the
         // recorder.
         if (p_.opts.defer_mb > 0) consumer_->flush();
