@@ -47,7 +47,8 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "counters that opened but read 0 on every operator record (a PMU that does not count them, e.g. under an "
          "emulator): left out of every analysis, never shown as a measurement; empty when all counted"},
         {K::WaitMethod, "wait_method", "--wait: exact, sampled or both"},
-        {K::SampleHz, "sample_hz", "the sampling rate of --wait sampled"},
+        {K::SampleHz, "sample_hz", "the sampling rate of --wait sampled or --level op-sampled (Hz)"},
+        {K::SampleScope, "sample_scope", "what the sampler interrupts: cpu (every CPU, --wait sampled) or target (the target's threads, --level op-sampled)"},
         {K::WaitRanges, "wait_ranges", "barrier code ranges the sampler classifies as waiting"},
         {K::SchedSwitchProgram, "sched_switch_program", "the sched_switch handler loaded: 4arg, 3arg or both"},
         {K::KernelFallbacks, "kernel_fallbacks",

@@ -54,6 +54,7 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         ASSERT_EQ(missing, "");
         store::Database db(sampled, store::Database::Mode::ReadOnly);
         EXPECT_EQ(db.meta()[store::MetaKey::Level], "op-sampled");
+        EXPECT_EQ(db.meta()[store::MetaKey::SampleScope], "target");  // the target's threads only, not every CPU
         EXPECT_EQ(db.scalar("SELECT count(*) FROM probes WHERE attached = 1 AND symbol GLOB '*compute_forward*'"), 0);
         EXPECT_EQ(db.scalar("SELECT count(*) FROM ops"), 0);
         EXPECT_EQ(db.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
@@ -99,6 +100,35 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         // Rows come largest first: the operator with the most samples is the one with the most time.
         EXPECT_EQ(t.front()["op"], e.front()["op"]);
     }
+}
+
+// Attached to a process already decoding on two threads: the sampler follows the threads it
+// has (one event per thread, not per CPU, so that only the target pays for samples), and
+// both ggml threads are sampled inside its graphs.
+TEST(RecordOpSampled, AttachedSamplesTheThreadsTheTargetAlreadyHas) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "2", "--no-callback"}, d / "out");
+    ASSERT_TRUE(wait_until([&] { return lines_in(d / "out") >= 3; }, std::chrono::seconds(60)));
+    const auto r = run({profinfer_bin(), "record", "--level", "op-sampled", "--sample-hz", "2000", "--duration", "3",
+                        "-o", d / "run.db", "--pid", std::to_string(target)});
+    std::vector<pid_t> tids;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(target) + "/task"))
+        tids.push_back(pid_t(std::stoi(e.path().filename().string())));
+    kill(target, SIGTERM);
+    int st = 0;
+    waitpid(target, &st, 0);
+    ASSERT_EQ(r.status, 0) << r.err;
+    store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.meta()[store::MetaKey::Status], "complete");
+    EXPECT_EQ(db.meta()[store::MetaKey::SampleScope], "target");
+    // Two threads each busy for most of 3 s at 2000 Hz: thousands of samples; 2 threads seen.
+    EXPECT_EQ(db.scalar("SELECT count(DISTINCT tid) FROM cpu_samples"), 2);
+    EXPECT_GT(db.scalar("SELECT count(*) FROM cpu_samples"), 100);
+    // Every sample on a thread of the target.
+    std::string threads = "-1";
+    for (const auto& t : tids) threads += "," + std::to_string(t);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples WHERE tid NOT IN (" + threads + ")"), 0);
 }
 
 // profinfer estimate on an op-level recording: this machine's costs measured, the target's

@@ -50,13 +50,25 @@ int wait_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* --level op-sampled: operator time without a trap per node. A CPU-clock perf event on every
- * CPU samples the running thread; a thread of the target sampled while one of its CPU graphs
+/* --level op-sampled: operator time without a trap per node. A CPU-clock perf event per thread
+ * of the target (inherited by the threads and processes it starts: nothing else on the machine
+ * is interrupted) samples the running thread; a sample while one of the target's CPU graphs
  * runs is sent with the interrupted instruction and the graph (a few hundred records a second
- * per CPU). User space names each instruction's function and, from it, the operator (most
+ * per thread). User space names each instruction's function and, from it, the operator (most
  * kernels run in a function of their op: ggml_compute_forward_<op>..., or in the kernels of
  * matrix products). The graph and token probes stay: the sampler's cost per token is its
- * tick, not the ~500 traps of an exact operator level. */
+ * tick, not the ~500 traps of an exact operator level.
+ *
+ * Attached to a running process, a thread started while the events were being opened may have
+ * an event of its own as well as one inherited: a thread's second sample within half a period
+ * is that double and is dropped (sample_last). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} sample_last SEC(".maps");
+
 SEC("perf_event")
 int op_sample(struct bpf_perf_event_data *ctx)
 {
@@ -67,6 +79,14 @@ int op_sample(struct bpf_perf_event_data *ctx)
 	 * it (graph_exit clears cpu_graph_running before it reads the end). */
 	__u64 ts = bpf_ktime_get_ns();
 	__u64 seq = cpu_graph_running;
+	__u32 tid = (__u32)pid_tgid;
+	__u64 *last = bpf_map_lookup_elem(&sample_last, &tid);
+	if (last && ts - *last < ctx->sample_period / 2)
+		return 0;
+	if (last)
+		*last = ts;
+	else
+		bpf_map_update_elem(&sample_last, &tid, &ts, BPF_ANY);
 	if (!seq)
 		return 0;
 	struct pi_sample_event *ev = reserve(PI_EV_SAMPLE, sizeof(*ev));

@@ -12,8 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "alternating_gate.h"
 #include "consumer_priority.h"
@@ -32,6 +35,15 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
     if (level == LIBBPF_DEBUG) return 0;
     if (!std::getenv("PROFINFER_LIBBPF_VERBOSE")) return 0;
     return vfprintf(stderr, fmt, args);
+}
+
+// The threads of process PID now (none when it is gone).
+std::vector<pid_t> task_ids(pid_t pid) {
+    std::vector<pid_t> ids;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec))
+        ids.push_back(pid_t(std::atoi(e.path().filename().c_str())));
+    return ids;
 }
 
 }  // namespace
@@ -185,32 +197,68 @@ void TracerProgram::load(ProbeAttacher& probes) {
     }
 }
 
-// A CPU-clock sampling event at HZ on every CPU, each running PROG (wait_sample for --wait
-// sampled, op_sample for --level op-sampled: never both).
+// A CPU-clock sampling event at HZ running PROG. wait_sample (--wait sampled) needs every
+// CPU: one event per CPU, whoever runs there. op_sample (--level op-sampled) needs only the
+// target's threads running: one event per thread of the target, inherited by every thread
+// and process it starts, so that a sample interrupts (and costs) the target alone. A
+// CPU-clock interrupt costs the interrupted thread 8-12 µs in a KVM guest; per CPU, every
+// process on the machine paid it, and the duet's untraced side with it.
 void TracerProgram::open_sampler(bpf_program* prog, unsigned hz, const std::string& why) {
     if (prog == skel_->progs.wait_sample) tables_.set_meta(store::MetaKey::WaitMethod, to_string(opts_.wait));
     tables_.set_meta(store::MetaKey::SampleHz, std::to_string(hz));
-    for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
-        perf_event_attr a{};
-        a.size = sizeof a;
-        a.type = PERF_TYPE_SOFTWARE;
-        a.config = PERF_COUNT_SW_CPU_CLOCK;
-        // cpu-clock counts nanoseconds; a few µs off the round period so that samples do
-        // not run in step with the scheduler tick or other round-period timers.
-        a.sample_period = 1000000000ull / hz + 1237;
-        int fd = int(syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
-        if (fd < 0) {
-            if (errno == ENODEV || errno == EINVAL) continue;  // a possible CPU that is offline
-            throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (" + why + ")");
-        }
+    const bool per_task = prog == skel_->progs.op_sample;
+    tables_.set_meta(store::MetaKey::SampleScope, per_task ? "target" : "cpu");
+    perf_event_attr a{};
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_CPU_CLOCK;
+    // cpu-clock counts nanoseconds; a few µs off the round period so that samples do
+    // not run in step with the scheduler tick or other round-period timers.
+    a.sample_period = 1000000000ull / hz + 1237;
+    a.inherit = per_task;
+    auto attach = [&](int fd, const std::string& where) {
         bpf_link* l = bpf_program__attach_perf_event(prog, fd);
         if (!l) {
             int err = errno;
             ::close(fd);
-            throw Error("attaching the CPU-clock sampler (" + why + "): " + std::strerror(err));
+            throw Error("attaching the CPU-clock sampler " + where + " (" + why + "): " + std::strerror(err));
         }
         sample_links_.push_back(l);  // the link owns the fd
+    };
+    if (!per_task) {
+        for (int cpu = 0; cpu < libbpf_num_possible_cpus(); ++cpu) {
+            int fd = int(syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd < 0) {
+                if (errno == ENODEV || errno == EINVAL) continue;  // a possible CPU that is offline
+                throw_errno("opening the CPU-clock sampler on CPU " + std::to_string(cpu) + " (" + why + ")");
+            }
+            attach(fd, "on CPU " + std::to_string(cpu));
+        }
+        return;
     }
+    // Every thread the target has now (one, for a command not yet started: whatever it starts
+    // inherits the event). Attached, a thread started by one not yet covered while the events
+    // were opened has none: a second look covers it (one that was covered too, having
+    // inherited an event, has its doubled samples dropped on the BPF side). Two looks, not
+    // until none is new: ggml without OpenMP starts its workers anew for every graph.
+    const pid_t target = skel_->bss->target_tgid;
+    std::set<pid_t> covered;
+    for (int look = 0; look < (launched_ ? 1 : 2); ++look) {
+        std::vector<pid_t> tids = task_ids(target);
+        // The main thread first: it starts most threads, and those started after its event
+        // inherit it.
+        std::stable_partition(tids.begin(), tids.end(), [&](pid_t t) { return t == target; });
+        for (pid_t tid : tids) {
+            if (!covered.insert(tid).second) continue;
+            int fd = int(syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd < 0) {
+                if (errno == ESRCH) continue;  // the thread ended meanwhile
+                throw_errno("opening the CPU-clock sampler on thread " + std::to_string(tid) + " (" + why + ")");
+            }
+            attach(fd, "on thread " + std::to_string(tid));
+        }
+    }
+    if (covered.empty()) throw Error("opening the CPU-clock sampler (" + why + "): process " + std::to_string(target) + " has no threads");
 }
 
 void TracerProgram::close_samplers() {

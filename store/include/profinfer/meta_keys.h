@@ -20,7 +20,7 @@ enum class MetaKey {
     // the recorder process (a run marked running whose recorder is gone is incomplete)
     RecorderPid, RecorderStart,
     // how it recorded
-    StructLayout, OpStrategy, CountersReadZero, WaitMethod, SampleHz, WaitRanges, SchedSwitchProgram, KernelFallbacks, SchedPeers, SchedPeerIdsRemoved, OpDuplicatesDropped,
+    StructLayout, OpStrategy, CountersReadZero, WaitMethod, SampleHz, SampleScope, WaitRanges, SchedSwitchProgram, KernelFallbacks, SchedPeers, SchedPeerIdsRemoved, OpDuplicatesDropped,
     Consumer, ConsumerBoosts, RecorderCpuMs, RecorderWakeups, RecorderMajorFaults, AlternateCalls, Ablate, MemoryLimitBytes, MemoryCgroup,
     // --qos-min-tps and --budget
     QosMinTps, BudgetPct, BudgetCostPct, BudgetSwitchCostPct, BudgetGapCalls, BudgetWindowCostCalls,
