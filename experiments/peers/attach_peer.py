@@ -35,54 +35,7 @@ import sys
 import tempfile
 import time
 
-
-def now_ns():
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-class Target:
-    """The streaming target; its lines go to a file, never a pipe, so that the target does
-    not wait for this reader (a pipe filled by a fast target would pace it)."""
-
-    def __init__(self, argv, log, err):
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=err)
-
-    def calls(self):
-        out = []
-        with open(self.log) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 3 and line.endswith("\n"):
-                    out.append(tuple(int(x) for x in parts))
-        return out
-
-    def count(self):
-        with open(self.log, "rb") as f:
-            return f.read().count(b"\n")
-
-    def between(self, a_ns, b_ns, slack_ns=200_000):
-        """Calls wholly inside [a, b]; slack: the target's own clock reads are taken just
-        outside llama_decode, the recorder's just inside."""
-        return [c for c in self.calls() if c[1] >= a_ns - slack_ns and c[2] <= b_ns + slack_ns]
-
-    def recorded(self, first_ns, last_ns):
-        """The target's calls a recording spanning [first, last] (its first call's start to its
-        last call's end, read inside llama_decode) should hold: those that overlap that span.
-        Exact without a slack, however long a probe or a descheduled vCPU holds the clock
-        reads apart: each recorded time lies within its call's own (read outside it), and
-        calls do not overlap, so the call before the first ends before it starts."""
-        return [c for c in self.calls() if c[2] >= first_ns and c[1] <= last_ns]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+from stream_target import Target, now_ns
 
 
 def fail(msg):
@@ -137,14 +90,7 @@ def main():
     recorder = {"recorder_wakeups": 0, "recorder_cpu_ms": 0.0}
     try:
         # Warm-up: the model read in and one whole cycle decoded.
-        deadline = time.monotonic() + 600
-        while target.count() < a.tokens + 1:
-            if target.proc.poll() is not None:
-                err.seek(0)
-                fail(f"the target exited with status {target.proc.returncode} before decoding: {err.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                fail("the target decoded no whole cycle within 600 s")
-            time.sleep(0.05)
+        target.wait_calls(a.tokens + 1, err)
         time.sleep(a.settle)
         for pair in range(a.pairs):
             for kind in rng.sample(["detached", "attached"], 2):

@@ -3,20 +3,30 @@
 
 Separate runs on this noisy 2-CPU machine spread by several points from run to run (the A/A
 of separate runs spans ~5 points), more than the cost of the cheap levels. A duet runs two
-single-thread llama-bench decodes AT THE SAME TIME, each pinned to a CPU of its own, so that
-whatever disturbs the machine disturbs both:
+single-thread decodes AT THE SAME TIME, each pinned to a CPU of its own, so that whatever
+disturbs the machine disturbs both:
 
-  traced     `profinfer record --level LEVEL` of llama-bench on its own copy of the llama.cpp
-             libraries (uprobes are per file: the untraced copy never traps); profinfer and
-             its recorder pinned to the traced side's CPU, so that what recording costs is
-             charged to the traced run, as a user feels it
-  untraced   llama-bench on the original libraries
+  traced     `profinfer record --level LEVEL` of the streaming target (evalcb_peer --stream:
+             llama-bench's tg workload, N tokens from an empty context, cleared, again, one
+             line per decode call with the CLOCK_MONOTONIC times it read around llama_decode)
+             on its own copy of the llama.cpp libraries (uprobes are per file: the untraced
+             copy never traps); profinfer and its recorder pinned to the traced side's CPU, so
+             that what recording costs is charged to the traced run, as a user feels it
+  untraced   the same target on the original libraries
 
-and takes the ratio of their decode speeds (llama-bench's own tokens/s). Each invocation runs
-two duets, the roles swapped between the CPUs (a CPU of a VM may be faster than the other),
-and reports the geometric mean of the two ratios:
+Both decode without end until told to stop. Once both have decoded WARMUP seconds past their
+first whole cycle (profinfer attached, the model read, a --budget settled), WINDOWS windows of
+WINDOW seconds are measured on both at once, the two sides swapped between the CPUs before
+each (every thread of each side's process tree moved: the recorder goes with the traced side),
+so that a CPU of the VM faster than the other, or one disturbed for a while, weighs on both
+sides alike. A window's speed for each side is its calls wholly inside it over their span,
+read by the target itself. Neither side's start-up or end (model load, profinfer's attach, a
+side decoding alone after the other ended) is in a window: with llama-bench runs started
+together, whichever side ended last decoded its end with the machine's memory to itself, and
+read faster.
 
-  duet_slowdown_pct = 100 × (1 − sqrt(r1 × r2)),  r = traced tokens/s / untraced tokens/s
+  duet_slowdown_pct = 100 × (1 − geometric mean of r over the windows),
+  r = traced calls/s / untraced calls/s in the window
 
 LEVEL none is the A/A control: both sides untraced, one on the copy, one on the original —
 the method's own noise, in the same rounds. LEVEL bpftrace: the count-only floor (bpftrace
@@ -24,28 +34,39 @@ counting the operator hooks, BPFTRACE the script written for the original librar
 the copy's) on the traced side.
 
 Prints one JSON line: duet_slowdown_pct, traced_tps, untraced_tps (geometric means over the
-two duets), the two ratios, and the CPUs' own speeds (cpu0_tps, cpu1_tps: the untraced side
-on each), which show a machine whose CPUs differ.
+windows), the ratio with the traced side on each CPU, the CPUs' own speeds (cpu0_tps, cpu1_tps: the untraced side on
+each), which show a machine whose CPUs differ, and the recorder's CPU time and wake-ups.
 """
 import argparse
 import json
 import math
 import os
 import shutil
+import signal
+import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
+
+from stream_target import Target, now_ns
 
 
 def fail(msg):
     raise SystemExit("duet_peer: " + msg)
 
 
-def copy_libraries(bench, into):
-    """The libraries llama-bench loads (its directory's lib*.so*), copied as new files (a hard
-    link would share the inode, and with it the probes); symlinks recreated as symlinks."""
-    src = os.path.dirname(os.path.realpath(bench))
+def library_dir(target):
+    """The directory the target loads libllama from (its RUNPATH, or the loader's search)."""
+    r = subprocess.run(["ldd", target], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.strip().startswith("libllama.so") and "=>" in line:
+            return os.path.dirname(os.path.realpath(line.split("=>")[1].split("(")[0].strip()))
+    fail(f"{target} loads no libllama.so: {r.stdout[-500:]}")
+
+
+def copy_libraries(src, into):
+    """The llama.cpp libraries of SRC (lib*.so*), copied as new files (a hard link would share
+    the inode, and with it the probes); symlinks recreated as symlinks."""
     wanted = ("libllama", "libggml")
     for name in sorted(os.listdir(src)):
         if not name.startswith(wanted) or ".so" not in name:
@@ -60,146 +81,139 @@ def copy_libraries(bench, into):
     return into
 
 
-def check_copy_is_loaded(bench, copy):
+def check_copy_is_loaded(target, copy):
     """The traced side must run the copy: were it to load the original libraries (an RPATH,
     which LD_LIBRARY_PATH does not override), both sides would trap on the same files."""
-    r = subprocess.run(["ldd", bench], env=dict(os.environ, LD_LIBRARY_PATH=copy), capture_output=True, text=True)
+    r = subprocess.run(["ldd", target], env=dict(os.environ, LD_LIBRARY_PATH=copy), capture_output=True, text=True)
     for lib in ("libllama.so", "libggml-cpu.so", "libggml-base.so"):
         lines = [l for l in r.stdout.splitlines() if lib in l]
         if not lines or not all(copy in l for l in lines):
-            fail(f"llama-bench under LD_LIBRARY_PATH={copy} does not load {lib} from there: {lines or r.stdout[-300:]}")
+            fail(f"{target} under LD_LIBRARY_PATH={copy} does not load {lib} from there: {lines or r.stdout[-300:]}")
 
 
-def bench_argv(bench, model, tokens, reps):
-    return [bench, "-m", model, "-p", "0", "-n", str(tokens), "-t", "1", "-r", str(reps), "-o", "json"]
+def rate(calls):
+    """Calls per second over the span of CALLS (whole calls, in order)."""
+    if len(calls) < 2:
+        fail(f"a window holds {len(calls)} whole calls: make it longer")
+    return len(calls) * 1e9 / (calls[-1][2] - calls[0][1])
 
 
-def tps_of(out, who):
-    try:
-        rows = json.loads(out)
-    except json.JSONDecodeError:
-        fail(f"{who}: llama-bench printed no JSON: {out[-500:]}")
-    tg = [r for r in rows if r.get("n_gen", 0) > 0]
-    if not tg:
-        fail(f"{who}: llama-bench measured no decode")
-    return float(tg[0]["avg_ts"])
+def warm(side, err, tokens, warmup_s):
+    """Past the first whole cycle and WARMUP seconds of decoding after it."""
+    side.wait_calls(tokens + 1, err)
+    first = side.calls()[tokens][2]
+    while now_ns() < first + warmup_s * 1e9:
+        if side.proc.poll() is not None:
+            fail(f"a side exited with status {side.proc.returncode} while warming up")
+        time.sleep(0.05)
 
 
-def wait_for_launch(profinfer_pid, comm, limit_s=120):
-    """Waits until profinfer (under taskset) has released the command: a descendant named COMM."""
-    deadline = time.monotonic() + limit_s
-    prefix = comm[:15]
-    while time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+def tree(pid):
+    """PID and every process descending from it."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     stat = f.read()
             except OSError:
                 continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if name == prefix and descends_from(ppid, profinfer_pid):
-                return
-        time.sleep(0.01)
-    fail(f"profinfer did not launch {comm} within {limit_s} s")
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
 
 
-def descends_from(pid, ancestor):
-    for _ in range(8):
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
+def pin(pid, cpu):
+    """Every thread of PID's process tree onto CPU (threads started later inherit it)."""
+    for p in tree(pid):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
+            for t in os.listdir(f"/proc/{p}/task"):
+                try:
+                    os.sched_setaffinity(int(t), {cpu})
+                except OSError:
+                    pass  # a thread that ended meanwhile
         except OSError:
-            return False
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-    return False
+            pass
 
 
-def finish_side_by_side(traced, untraced, a, copy, traced_cpu, untraced_cpu):
-    """Waits for both sides; the one that ends first is followed on its CPU by an unmeasured
-    copy of its decode until the other ends, so that neither side decodes its last part with
-    the machine's memory to itself (that side read faster, whichever it was). Returns both
-    sides' (stdout, stderr)."""
-    outs = {}
-    filler = None
-    sides = {"traced": traced, "untraced": untraced}
-    while len(outs) < 2:
-        for name, p in sides.items():
-            if name in outs or p.poll() is None:
-                continue
-            outs[name] = p.communicate()
-            if len(outs) == 1:
-                cpu = traced_cpu if name == "traced" else untraced_cpu
-                env = dict(os.environ, LD_LIBRARY_PATH=copy) if name == "traced" else None
-                filler = subprocess.Popen(["taskset", "-c", str(cpu)] + bench_argv(a.llama_bench, a.model, a.tokens * 4, a.reps),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(0.005)
-    if filler:
-        filler.kill()
-        filler.wait()
-    return outs["traced"][0], outs["traced"][1], outs["untraced"][0], outs["untraced"][1]
-
-
-def duet(a, copy, traced_cpu, untraced_cpu, work, k):
-    """Both at once; returns (traced tok/s, untraced tok/s)."""
-    env_copy = dict(os.environ, LD_LIBRARY_PATH=copy)
-    traced_bench = bench_argv(a.llama_bench, a.model, a.tokens, a.reps)
+def duet(a, copy, cpus, work):
+    """Both sides at once, swapped between the CPUs every window; returns, per window, (the
+    traced side's CPU, traced calls/s, untraced calls/s), and the recording's meta."""
+    stream = [a.target, a.model, "--mode", "none", "--stream", "--threads", "1", "--tokens", str(a.tokens)]
+    db = os.path.join(work, "duet.db")
     if a.level in ("none", "bpftrace"):
-        traced_argv = traced_bench
+        traced_argv = stream
     else:
-        db = os.path.join(work, f"duet-{k}.db")
         traced_argv = [a.profinfer, "record", "--stop-with-parent", "--level", a.level, "--board", a.board, "-o", db]
-        traced_argv += a.record_arg + ["--"] + traced_bench
+        traced_argv += a.record_arg + ["--"] + stream
     bt = None
     if a.level == "bpftrace":
-        # The floor: bpftrace's probes on the copy's operator hooks, attached before the duet.
-        script = a.bpftrace.replace(os.path.dirname(os.path.realpath(a.llama_bench)), copy)
-        bt = subprocess.Popen(["taskset", "-c", str(traced_cpu), "bpftrace", "-e", script], stdout=subprocess.PIPE,
+        # The floor: bpftrace's probes on the copy's operator hooks, attached before the duet;
+        # bpftrace itself moves with the traced side.
+        script = a.bpftrace.replace(a.libs, copy)
+        bt = subprocess.Popen(["taskset", "-c", str(cpus[0]), "bpftrace", "-e", script], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         line = bt.stdout.readline()
         if "Attaching" not in line:
             fail(f"bpftrace did not attach: {line}{bt.stdout.read()[-500:]}")
-    traced = subprocess.Popen(["taskset", "-c", str(traced_cpu)] + traced_argv, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env_copy)
-    if traced_argv is not traced_bench:
-        # Both decodes must run side by side from their start: started at once, the untraced one
-        # was ahead by profinfer's start-up (BPF load, ELF and DWARF: ~1 s), and the traced one
-        # decoded its last second alone — faster, with the memory to itself: traced sides read
-        # 3-4 % faster than untraced (8 rounds, graph, op-sampled and op alike).
-        wait_for_launch(traced.pid, os.path.basename(a.llama_bench))
-    untraced = subprocess.Popen(["taskset", "-c", str(untraced_cpu)] + bench_argv(a.llama_bench, a.model, a.tokens, a.reps),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t_out, t_err, u_out, u_err = finish_side_by_side(traced, untraced, a, copy, traced_cpu, untraced_cpu)
-    if bt:
-        bt.terminate()
-        bt.wait()
-    if traced.returncode != 0:
-        fail(f"the traced side exited with status {traced.returncode}: {t_err.strip()[-1500:]}")
-    if untraced.returncode != 0:
-        fail(f"the untraced side exited with status {untraced.returncode}: {u_err.strip()[-1500:]}")
-    for f in os.listdir(work):
-        if f.startswith(f"duet-{k}.db"):
-            os.remove(os.path.join(work, f))
-    return tps_of(t_out, "traced side"), tps_of(u_out, "untraced side")
+    errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
+    traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
+                    env=dict(os.environ, LD_LIBRARY_PATH=copy))
+    untraced = Target(["taskset", "-c", str(cpus[1])] + stream, os.path.join(work, "untraced.txt"), errs[1])
+    windows, meta = [], {}
+    try:
+        for side, err in ((traced, errs[0]), (untraced, errs[1])):
+            warm(side, err, a.tokens, a.warmup)
+        for w in range(a.windows):
+            on = cpus[w % 2]
+            if w:  # the first window runs where the sides started
+                for pid in [traced.proc.pid] + ([bt.pid] if bt else []):
+                    pin(pid, on)
+                pin(untraced.proc.pid, cpus[(w + 1) % 2])
+                time.sleep(a.settle)
+            start = now_ns()
+            time.sleep(a.window)
+            end = now_ns()
+            for side, name in ((traced, "traced"), (untraced, "untraced")):
+                if side.proc.poll() is not None:
+                    fail(f"the {name} side exited with status {side.proc.returncode} during window {w + 1}")
+            windows.append((on, rate(traced.between(start, end)), rate(untraced.between(start, end))))
+    finally:
+        # SIGTERM to profinfer: it passes it on to the command and ends the recording.
+        for side in (traced, untraced):
+            side.stop()
+        if bt:
+            bt.send_signal(signal.SIGINT)
+            bt.communicate()
+    if traced.proc.returncode != 0:
+        errs[0].seek(0)
+        fail(f"the traced side exited with status {traced.proc.returncode}: {errs[0].read().strip()[-1500:]}")
+    if os.path.exists(db):
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+            meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+    for e in errs:
+        e.close()
+    return windows, meta
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("llama_bench")
+    ap.add_argument("target", help="the streaming target (experiments/peers/evalcb_peer.cpp)")
     ap.add_argument("model")
     ap.add_argument("--level", required=True, help="none (A/A), bpftrace (the floor) or a record --level")
     ap.add_argument("--record-arg", action="append", default=[], help="one more argument of profinfer record (repeatable)")
     ap.add_argument("--profinfer", required=True)
     ap.add_argument("--bpftrace", help="level bpftrace: the script, on the original libraries' paths (run on the copy's)")
     ap.add_argument("--board", default="host")
-    ap.add_argument("--tokens", type=int, default=48, help="llama-bench -n")
-    ap.add_argument("--reps", type=int, default=3, help="llama-bench -r")
+    ap.add_argument("--tokens", type=int, default=48, help="tokens per cycle from an empty context (llama-bench -n)")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds decoded after the first cycle, before the window")
+    ap.add_argument("--window", type=float, default=3.0, help="seconds measured on both sides at once, per window")
+    ap.add_argument("--windows", type=int, default=4, help="windows, the sides swapped between the CPUs after each")
+    ap.add_argument("--settle", type=float, default=0.3, help="seconds after a swap before the next window")
     ap.add_argument("--cpus", default="0,1", help="the two CPUs")
     a = ap.parse_args()
     cpus = [int(c) for c in a.cpus.split(",")]
@@ -207,22 +221,29 @@ def main():
         fail("--cpus needs two different CPUs")
     if a.level == "bpftrace" and not a.bpftrace:
         fail("level bpftrace needs --bpftrace SCRIPT")
+    if a.windows < 2 or a.windows % 2:
+        fail("--windows must be even (each CPU holds the traced side as often), at least 2")
+    a.libs = library_dir(a.target)
     work = tempfile.mkdtemp(prefix="duet-peer-")
     try:
         os.mkdir(os.path.join(work, "lib"))
-        copy = copy_libraries(a.llama_bench, os.path.join(work, "lib"))
-        check_copy_is_loaded(a.llama_bench, copy)
-        results = [duet(a, copy, cpus[0], cpus[1], work, 0), duet(a, copy, cpus[1], cpus[0], work, 1)]
+        copy = copy_libraries(a.libs, os.path.join(work, "lib"))
+        check_copy_is_loaded(a.target, copy)
+        windows, meta = duet(a, copy, cpus, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ratios = [t / u for t, u in results]
     gmean = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
-    out = {"level": a.level, "tokens": a.tokens, "reps": a.reps,
-           "duet_slowdown_pct": 100.0 * (1.0 - gmean(ratios)),
-           "traced_tps": gmean([t for t, _ in results]), "untraced_tps": gmean([u for _, u in results]),
-           "ratio_a": ratios[0], "ratio_b": ratios[1],
-           # the untraced side ran on cpus[1] in the first duet, on cpus[0] in the second
-           f"cpu{cpus[1]}_tps": results[0][1], f"cpu{cpus[0]}_tps": results[1][1]}
+    ratio_on = {c: gmean([t / u for on, t, u in windows if on == c]) for c in cpus}
+    out = {"level": a.level, "tokens": a.tokens, "window_s": a.window, "windows": a.windows,
+           "duet_slowdown_pct": 100.0 * (1.0 - gmean([t / u for _, t, u in windows])),
+           "traced_tps": gmean([t for _, t, _ in windows]), "untraced_tps": gmean([u for _, _, u in windows]),
+           # the ratio with the traced side on each CPU, and each CPU's own speed (the untraced
+           # side's there): they show a machine whose CPUs differ
+           "ratio_a": ratio_on[cpus[0]], "ratio_b": ratio_on[cpus[1]],
+           **{f"cpu{c}_tps": gmean([u for on, _, u in windows if on != c]) for c in cpus},
+           "window_ratios": [round(t / u, 5) for _, t, u in windows],
+           "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
+           "recorder_wakeups": int(meta.get("recorder_wakeups") or 0)}
     print(json.dumps(out))
 
 

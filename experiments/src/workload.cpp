@@ -160,12 +160,12 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         return w;
     } else if (program == "duet") {
         if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
-        // Two single-thread llama-bench decodes at once, one per CPU, the traced one under
-        // `profinfer record` on its own copy of the libraries: the peer runs both, twice, roles
-        // swapped (no DB kept). none: the A/A duet; bpftrace: the floor on the copy.
-        const auto install = LlamaInstall::locate("debug", false);
+        // Two single-thread streaming decodes at once, one per CPU, the traced one under
+        // `profinfer record` on its own copy of the libraries: the peer measures both over
+        // common windows, swapping their CPUs between windows (no DB kept). none: the A/A
+        // duet; bpftrace: the floor on the copy.
         w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/duet_peer.py",
-                     install.program("llama-bench").string(), model.string(), "--profinfer", opt.profinfer.string(),
+                     PROFINFER_EVALCB_PEER, model.string(), "--profinfer", opt.profinfer.string(),
                      "--board", opt.board, "--tokens", p.at("gen")};
         std::string level = tracer;
         if (tracer.rfind("budget-", 0) == 0)
