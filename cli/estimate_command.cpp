@@ -1,3 +1,4 @@
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -19,8 +20,11 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
         "estimate",
         "Predict each recording level's slowdown of a target's decode on this machine, before recording it at that "
         "level: this machine's probe-hit and sample costs, measured now on profinfer itself (root), times what one "
-        "decode call of the target hits (from TRACE: a recording of it at --level op or full; a few calls are enough)");
-    cmd->add_option("trace", *trace, "A recording of the target at --level op or full")->required();
+        "decode call of the target hits (from TRACE: a recording of it at any level; a few calls are enough)");
+    cmd->add_option("trace", *trace,
+                    "A recording of the target: op or full predict every level; graph and op-sampled (no node count) up "
+                    "to op-sampled; token the token level only")
+        ->required();
     cmd->add_option("--seconds", *seconds, "How long to measure the costs (about; split among three measures)")
         ->check(number_in(0.1, 60))
         ->capture_default_str();
@@ -60,16 +64,25 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
                 std::cout << j.dump(2) << "\n";
                 return 0;
             }
+            auto known = [](double v) {
+                std::ostringstream o;
+                if (std::isnan(v)) return std::string("?");
+                o << std::fixed << std::setprecision(2) << v;
+                return o.str();
+            };
             std::cout << std::fixed << std::setprecision(2) << "this machine: probe hit " << c.node_hit_ns
                       << " ns (trap alone " << c.trap_ns << " ns), CPU-clock sample " << c.sample_ns << " ns\n"
-                      << "the target (" << *trace << ", --level " << f.level << "): " << f.threads << " threads, "
-                      << f.nodes_per_thread << " nodes per thread and decode call, " << f.graphs_per_call
+                      << "the target (" << *trace << ", --level " << f.level << "): " << known(f.threads) << " threads, "
+                      << known(f.nodes_per_thread) << " nodes per thread and decode call, " << known(f.graphs_per_call)
                       << " graphs per call, " << f.traced_call_ms << " ms per call as traced\n"
                       << "level       hits/call  samples/call  added_us  predicted_slowdown_pct\n";
             for (const auto& e : levels)
                 std::cout << std::left << std::setw(12) << e.level << std::right << std::setw(9) << e.hits_per_call
                           << std::setw(14) << e.samples_per_call << std::setw(10) << e.added_us << std::setw(24)
                           << e.slowdown_pct << "\n";
+            if (levels.size() < 5)
+                std::cout << "(levels left out: a --level " << f.level << " trace does not tell "
+                          << (std::isnan(f.graphs_per_call) ? "its graphs" : "its nodes") << ")\n";
             return 0;
         };
     });

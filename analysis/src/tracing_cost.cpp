@@ -1,6 +1,7 @@
 #include "profinfer/tracing_cost.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -155,17 +156,28 @@ Fidelity fidelity_against_callback(store::Database& d, const fs::path& nodes_csv
 
 WorkloadFacts workload_facts(store::Database& db) {
     WorkloadFacts f;
+    const double unknown = std::numeric_limits<double>::quiet_NaN();
     f.level = db.meta()[store::MetaKey::Level];
     f.decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
     if (f.decode_calls == 0) throw Error(db.path().string() + " has no decode call (llama_decode of one token)");
+    const double calls = double(f.decode_calls);
     const int64_t records = db.scalar("SELECT count(*) FROM ops o JOIN call_graphs g ON g.graph_seq = o.graph_seq "
                                       "WHERE g.phase = 'decode'");
-    if (records == 0)
-        throw Error(db.path().string() + " has no operator record in its decode calls: record the target at --level op "
-                                         "(a few calls are enough)");
-    f.threads = double(db.scalar("SELECT max(nth) FROM ops"));
-    f.nodes_per_thread = double(records) / double(f.decode_calls) / std::max(1.0, f.threads);
-    f.graphs_per_call = double(db.scalar("SELECT count(*) FROM call_graphs WHERE phase = 'decode'")) / double(f.decode_calls);
+    const int64_t graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE phase = 'decode'");
+    f.graphs_per_call = graphs > 0 ? double(graphs) / calls : unknown;
+    if (records > 0) {
+        f.threads = double(db.scalar("SELECT max(nth) FROM ops"));
+        f.nodes_per_thread = double(records) / calls / std::max(1.0, f.threads);
+    } else {
+        // A graph's size is no count of the nodes computed (ggml passes its views, reshapes
+        // and permutes without computing them: 78 nodes for 45 computed in the tiny model).
+        f.nodes_per_thread = unknown;
+        const bool sampled = db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'cpu_samples'") > 0 &&
+                             db.scalar("SELECT count(*) FROM cpu_samples") > 0;
+        f.threads = sampled ? double(db.scalar("SELECT count(DISTINCT tid) FROM cpu_samples")) : unknown;
+    }
+    if (f.level == "op-sampled" || (f.level == "full" && db.meta()[store::MetaKey::WaitMethod] == "sampled"))
+        f.sample_hz = double(db.meta().integer(store::MetaKey::SampleHz));
     std::vector<double> ms;
     store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
     while (st.step()) ms.push_back(double(st.column_int(0)) / 1e6);
@@ -180,6 +192,7 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
     // calling thread; each graph's entry and return (the calling thread); each node's start on
     // every thread (the threads pay in parallel, the graph waits for the slowest at barriers).
     const double token_hits = 2, graph_hits = token_hits + 2 * f.graphs_per_call;
+    const double op_hits = graph_hits + f.nodes_per_thread;
     auto hits_us = [&](double hits) { return hits * c.hit_ns / 1e3; };
     // A sampler takes sample_ns from the sampled thread per sample: a share of the call.
     const double traced_us = f.traced_call_ms * 1e3;
@@ -187,15 +200,17 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
         {"token", token_hits, 0},
         {"graph", graph_hits, 0},
         {"op-sampled", graph_hits, op_sample_hz},
-        {"op", graph_hits + f.nodes_per_thread, 0},
-        {"full", graph_hits + f.nodes_per_thread, wait_sample_hz}};
+        {"op", op_hits, 0},
+        {"full", op_hits, wait_sample_hz}};
     // The call without recording: the traced call minus what the trace's own level added.
-    const double own_hits = graph_hits + f.nodes_per_thread;
-    const int own_hz = f.level == "full" ? wait_sample_hz : 0;
-    const double own_share = double(own_hz) * c.sample_ns / 1e9;
+    const double own_hits = f.level == "token" ? token_hits
+                            : f.level == "graph" || f.level == "op-sampled" ? graph_hits
+                                                                            : op_hits;
+    const double own_share = f.sample_hz * c.sample_ns / 1e9;
     const double untraced_us = std::max(1e-3, (traced_us - hits_us(own_hits)) / (1 + own_share));
     std::vector<LevelEstimate> out;
     for (const auto& [level, hits, hz] : levels) {
+        if (std::isnan(hits) || std::isnan(untraced_us)) continue;  // what the trace cannot tell
         LevelEstimate e;
         e.level = level;
         e.hits_per_call = hits;

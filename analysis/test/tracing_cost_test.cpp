@@ -1,6 +1,8 @@
 // The overhead study's within-run measures on traces with known answers.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <fstream>
 #include <map>
 
@@ -153,4 +155,32 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
     EXPECT_LT(by["graph"].slowdown_pct, by["op-sampled"].slowdown_pct);
     EXPECT_LT(by["op-sampled"].slowdown_pct, by["op"].slowdown_pct);
     EXPECT_LT(by["op"].slowdown_pct, by["full"].slowdown_pct);
+}
+
+// What a trace's level cannot tell leaves the levels that need it out. A token-level trace:
+// only the token level, its call the traced one minus its own 2 hits; with graphs, up to
+// op-sampled; with nodes too (an op-sampled trace at 500 Hz, were its nodes known): every
+// level, its call less its own graph hits and samples.
+TEST(EstimateLevels, LevelsTheTraceCannotTellAreLeftOut) {
+    WorkloadFacts f;
+    f.level = "token";
+    f.decode_calls = 10;
+    f.threads = f.nodes_per_thread = f.graphs_per_call = std::numeric_limits<double>::quiet_NaN();
+    f.traced_call_ms = 10;
+    const HitCosts c{500, 1000, 2000};
+    auto e = estimate_levels(f, c, 1000, 250);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].level, "token");
+    EXPECT_NEAR(e[0].slowdown_pct, 100.0 * 2 / (10'000 - 2), 1e-9);
+    f.graphs_per_call = 2;
+    e = estimate_levels(f, c, 1000, 250);
+    ASSERT_EQ(e.size(), 3u);  // token, graph, op-sampled: no nodes
+    EXPECT_EQ(e[2].level, "op-sampled");
+    f.level = "op-sampled";
+    f.nodes_per_thread = 45;
+    f.sample_hz = 500;
+    e = estimate_levels(f, c, 1000, 250);
+    ASSERT_EQ(e.size(), 5u);
+    const double untraced_us = (10'000 - 6) / (1 + 500 * 2000 / 1e9);
+    EXPECT_NEAR(e[3].slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
 }

@@ -153,7 +153,27 @@ TEST(Estimate, PredictsEachLevelFromATraceAndThisMachinesCosts) {
     for (const auto& l : j["levels"]) names.push_back(l["level"]);
     EXPECT_EQ(names, (std::vector<std::string>{"token", "graph", "op-sampled", "op", "full"}));
     EXPECT_LT(j["levels"][1]["slowdown_pct"].get<double>(), j["levels"][3]["slowdown_pct"].get<double>());
-    // Below --level op there is nothing to count nodes from: said in one line.
+    // An op-sampled trace tells the graphs and the threads, not the nodes computed (a graph's
+    // size counts views ggml never computes): the levels up to op-sampled, the table says why.
+    const fs::path sampled = record_dump(d, "sampled.db", {"--level", "op-sampled", "--sample-hz", "2000"}, 16, "2");
+    r = run({profinfer_bin(), "estimate", sampled.string(), "--seconds", "0.3", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto s = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(s["nodes_per_thread"].is_null());
+    EXPECT_EQ(s["graphs_per_call"].get<double>(), j["graphs_per_call"].get<double>());
+    EXPECT_EQ(s["threads"].get<double>(), 2);
+    ASSERT_EQ(s["levels"].size(), 3u);
+    EXPECT_EQ(s["levels"][2]["level"], "op-sampled");
+    EXPECT_GT(s["levels"][2]["slowdown_pct"].get<double>(), s["levels"][1]["slowdown_pct"].get<double>());
+    // A token-level trace has no graphs: the token level alone is predicted, and the table says why.
     const fs::path token = record_dump(d, "token.db", {"--level", "token"}, 4, "1");
-    expect_one_line_failure(run({profinfer_bin(), "estimate", token.string()}), "--level op");
+    r = run({profinfer_bin(), "estimate", token.string(), "--seconds", "0.3", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto t = nlohmann::json::parse(r.out);
+    ASSERT_EQ(t["levels"].size(), 1u);
+    EXPECT_EQ(t["levels"][0]["level"], "token");
+    EXPECT_TRUE(t["nodes_per_thread"].is_null());
+    r = run({profinfer_bin(), "estimate", token.string(), "--seconds", "0.3"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("does not tell its graphs"), std::string::npos) << r.out;
 }

@@ -29,16 +29,20 @@ double achieved_overhead_pct(store::Database& db, int half = 32);
 // The share of calls whose operators were recorded (not left out by a gate), in %.
 double traced_calls_pct(store::Database& db);
 
-// What a decode call of the target does that a recording traps on, from a trace of it at
-// --level op or full (one traced call is enough): its threads, the nodes each computes per
-// call, the graphs per call (both APIs), and the median decode call as traced.
+// What a decode call of the target does that a recording traps on, from a trace of it at any
+// level (one traced call is enough): its threads, the nodes each computes per call, the graphs
+// per call (both APIs), and the median decode call as traced. What the trace's level cannot
+// tell is NaN: a token-level trace has no graphs, graph and op-sampled traces no count of the
+// nodes computed (a graph's size counts views ggml never computes); op and full count them
+// from the node records.
 struct WorkloadFacts {
     std::string level;          // the trace's level
     int64_t decode_calls = 0;
-    double threads = 0;         // ggml threads per graph (nth)
+    double threads = 0;         // ggml threads per graph (nth; op-sampled: threads sampled; NaN below)
     double nodes_per_thread = 0;  // node probe hits per thread and decode call
     double graphs_per_call = 0;   // graph records per decode call (backend and CPU)
     double traced_call_ms = 0;    // median decode call in the trace
+    double sample_hz = 0;         // the trace's own sampler (op-sampled, full's --wait sampled), 0 without
 };
 WorkloadFacts workload_facts(store::Database& db);
 
@@ -58,6 +62,7 @@ struct LevelEstimate {
     double added_us = 0;
     double slowdown_pct = 0;
 };
+// Levels whose inputs the facts lack (NaN) are left out.
 std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
                                            int wait_sample_hz);
 
