@@ -35,7 +35,9 @@ the copy's) on the traced side.
 
 Prints one JSON line: duet_slowdown_pct, traced_tps, untraced_tps (geometric means over the
 windows), the ratio with the traced side on each CPU, the CPUs' own speeds (cpu0_tps, cpu1_tps: the untraced side on
-each), which show a machine whose CPUs differ, and the recorder's CPU time and wake-ups.
+each), which show a machine whose CPUs differ, the recorder's CPU time and wake-ups, and
+predicted_pct: what `profinfer estimate` predicts for LEVEL from the run's own trace and this
+machine's costs measured right after the duet (not for --budget, whose cost is asked).
 """
 import argparse
 import json
@@ -43,7 +45,6 @@ import math
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import tempfile
 import time
@@ -155,11 +156,16 @@ def duet(a, copy, cpus, work):
         # The floor: bpftrace's probes on the copy's operator hooks, attached before the duet;
         # bpftrace itself moves with the traced side.
         script = a.bpftrace.replace(a.libs, copy)
-        bt = subprocess.Popen(["taskset", "-c", str(cpus[0]), "bpftrace", "-e", script], stdout=subprocess.PIPE,
+        bt = subprocess.Popen(["taskset", "-c", str(cpus[0]), "bpftrace", "-B", "none", "-e", script], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
-        line = bt.stdout.readline()
-        if "Attaching" not in line:
-            fail(f"bpftrace did not attach: {line}{bt.stdout.read()[-500:]}")
+        said = ""
+        for line in bt.stdout:  # warnings first (bpftrace 0.17: "couldn't set RLIMIT_MEMLOCK"), then attaching
+            said += line
+            if line.startswith("Attaching"):
+                break
+        else:
+            bt.wait()
+            fail(f"bpftrace exited with status {bt.returncode} before attaching: {said[-500:]}")
     errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
@@ -192,12 +198,29 @@ def duet(a, copy, cpus, work):
     if traced.proc.returncode != 0:
         errs[0].seek(0)
         fail(f"the traced side exited with status {traced.proc.returncode}: {errs[0].read().strip()[-1500:]}")
+    predicted = None
     if os.path.exists(db):
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
-            meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+        info = subprocess.run([a.profinfer, "info", "--json", db], capture_output=True, text=True)
+        if info.returncode != 0:
+            fail(f"profinfer info exited with status {info.returncode}: {info.stderr.strip()[-1000:]}")
+        meta = json.loads(info.stdout)["meta"]
+        if not a.record_arg:
+            predicted = predict(a, db)
     for e in errs:
         e.close()
-    return windows, meta
+    return windows, meta, predicted
+
+
+def predict(a, db):
+    """What `profinfer estimate` predicts for the run's level from its own trace and this
+    machine's costs, measured now (both sides stopped)."""
+    r = subprocess.run([a.profinfer, "estimate", db, "--json", "--seconds", "1"], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"profinfer estimate exited with status {r.returncode}: {r.stderr.strip()[-1000:]}")
+    for level in json.loads(r.stdout)["levels"]:
+        if level["level"] == a.level:
+            return level["slowdown_pct"]
+    return None
 
 
 def main():
@@ -229,7 +252,7 @@ def main():
         os.mkdir(os.path.join(work, "lib"))
         copy = copy_libraries(a.libs, os.path.join(work, "lib"))
         check_copy_is_loaded(a.target, copy)
-        windows, meta = duet(a, copy, cpus, work)
+        windows, meta, predicted = duet(a, copy, cpus, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     gmean = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
@@ -242,6 +265,7 @@ def main():
            "ratio_a": ratio_on[cpus[0]], "ratio_b": ratio_on[cpus[1]],
            **{f"cpu{c}_tps": gmean([u for on, _, u in windows if on != c]) for c in cpus},
            "window_ratios": [round(t / u, 5) for _, t, u in windows],
+           "predicted_pct": predicted,
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0)}
     print(json.dumps(out))

@@ -72,7 +72,7 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
              {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
              {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"},
              {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
-             {"untraced_tps", "duet_untraced_tps"}})
+             {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -312,6 +312,7 @@ const std::vector<MetricInfo> kMetrics = {
     {"attach_slowdown_pct", "% of decode speed"}, {"attached_tps", "tokens/s"}, {"detached_tps", "tokens/s"},
     {"unmatched_calls", "calls"},
     {"duet_slowdown_pct", "% of decode speed"}, {"duet_traced_tps", "tokens/s"}, {"duet_untraced_tps", "tokens/s"},
+    {"predicted_slowdown_pct", "% of decode speed"},
     {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
 
 const std::string& unit_of(const std::string& metric) {
