@@ -8,6 +8,12 @@ using namespace profinfer;
 TEST(SampledOps, FunctionsAreNamedByTheirOperator) {
     const std::string cpu = "libggml-cpu.so";
     EXPECT_EQ(op_of_sampled_function("ggml_vec_dot_q4_0_q8_0", cpu, false), "MUL_MAT");
+    // The f16 helpers: an f16 MUL_MAT's, or flash attention's where its own code was sampled.
+    EXPECT_EQ(op_of_sampled_function("ggml_vec_dot_f16", cpu, false), "MUL_MAT");
+    EXPECT_EQ(op_of_sampled_function("ggml_vec_dot_f16", cpu, false, true), "FLASH_ATTN_EXT");
+    EXPECT_EQ(op_of_sampled_function("ggml_vec_mad_f16", cpu, false, true), "FLASH_ATTN_EXT");
+    EXPECT_EQ(op_of_sampled_function("ggml_cpu_fp32_to_fp16", cpu, false, true), "FLASH_ATTN_EXT");
+    EXPECT_EQ(op_of_sampled_function("ggml_vec_dot_q4_0_q8_0", cpu, false, true), "MUL_MAT");
     EXPECT_EQ(op_of_sampled_function("_Z28gemv_q4_b32_8x8_q8_0_lut_avxI5blockILi4ELi8EEEviPfmPKvS4_iiDv4_x.constprop.0", cpu,
                                      false),
               "MUL_MAT");

@@ -15,7 +15,10 @@ namespace profinfer {
 // operator's: "[barrier wait]" (ggml_barrier, libgomp), "[graph loop]" (the code between
 // nodes: ggml_graph_compute_thread, the op dispatch, shape helpers), "[kernel]" (IN_KERNEL: a
 // trap, a fault, a system call), "[other]" (a function no rule names, or no function).
-std::string op_of_sampled_function(const std::string& function, const std::string& library, bool in_kernel);
+// FLASH_ATTN: the trace's samples show flash attention's own code, and the f16 helpers it
+// shares with an f16 MUL_MAT (dot products, V accumulation, Q to f16) are named its.
+std::string op_of_sampled_function(const std::string& function, const std::string& library, bool in_kernel,
+                                   bool flash_attn = false);
 
 // The samples grouped by the function they fell in: its library and symbol ("" where none
 // covers the address), its operator (op_of_sampled_function) and their number.
