@@ -14,7 +14,10 @@ disturbs the machine disturbs both:
              that what recording costs is charged to the traced run, as a user feels it
   untraced   the same target on the original libraries
 
-Both decode without end until told to stop. Once both have decoded WARMUP seconds past their
+The untraced side starts when profinfer has released the traced command with its probes in (a
+side started 1.5 s after the other read ~1 % faster with nothing traced; the offset left, the
+traced command's own start-up, is reported as start_offset_s). Both decode without end until
+told to stop. Once both have decoded WARMUP seconds past their
 first whole cycle (profinfer attached, the model read, a --budget settled), WINDOWS windows of
 WINDOW seconds are measured on both at once, the two sides swapped between the CPUs before
 each (every thread of each side's process tree moved: the recorder goes with the traced side),
@@ -141,6 +144,30 @@ def pin(pid, cpu):
             pass
 
 
+def released(profinfer_pid, target, copy, limit_s=120):
+    """Waits until the command profinfer launched runs with the copy's libraries mapped and is
+    held at no loader stop (its state not T three looks in a row); returns the seconds waited."""
+    t0 = time.monotonic()
+    exe = os.path.realpath(target)
+    running = 0
+    while time.monotonic() - t0 < limit_s:
+        for pid in tree(profinfer_pid)[1:]:
+            try:
+                if os.path.realpath(f"/proc/{pid}/exe") != exe:
+                    continue
+                with open(f"/proc/{pid}/maps") as f:
+                    mapped = copy in f.read()
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            running = running + 1 if mapped and state != "T" else 0
+            if running >= 3:
+                return time.monotonic() - t0
+        time.sleep(0.01)
+    fail(f"profinfer did not release {target} within {limit_s} s")
+
+
 def duet(a, copy, cpus, work):
     """Both sides at once, swapped between the CPUs every window; returns, per window, (the
     traced side's CPU, traced calls/s, untraced calls/s), and the recording's meta."""
@@ -169,6 +196,10 @@ def duet(a, copy, cpus, work):
     errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
+    # Both sides start together: the untraced one once profinfer has released the traced
+    # command with its probes in (a side started 1.5 s later than the other read ~1 % faster,
+    # nothing traced: the A/A's sides start at once, so must a traced duet's).
+    offset = released(traced.proc.pid, a.target, copy) if traced_argv is not stream else 0.0
     untraced = Target(["taskset", "-c", str(cpus[1])] + stream, os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
     try:
@@ -208,6 +239,7 @@ def duet(a, copy, cpus, work):
             predicted = predict(a, db)
     for e in errs:
         e.close()
+    meta["start_offset_s"] = offset
     return windows, meta, predicted
 
 
@@ -266,6 +298,7 @@ def main():
            **{f"cpu{c}_tps": gmean([u for on, _, u in windows if on != c]) for c in cpus},
            "window_ratios": [round(t / u, 5) for _, t, u in windows],
            "predicted_pct": predicted,
+           "start_offset_s": meta.get("start_offset_s", 0.0),
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0)}
     print(json.dumps(out))
