@@ -193,7 +193,7 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
     // every thread (the threads pay in parallel, the graph waits for the slowest at barriers).
     const double token_hits = 2, graph_hits = token_hits + 2 * f.graphs_per_call;
     const double op_hits = graph_hits + f.nodes_per_thread;
-    auto hits_us = [&](double hits) { return hits * c.hit_ns / 1e3; };
+    auto hits_us = [&](double hits) { return hits * c.cold_hit_ns / 1e3; };
     // A sampler takes sample_ns from the sampled thread per sample: a share of the call.
     const double traced_us = f.traced_call_ms * 1e3;
     const std::vector<std::tuple<std::string, double, int>> levels = {
@@ -215,8 +215,15 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
         e.level = level;
         e.hits_per_call = hits;
         e.samples_per_call = double(hz) * untraced_us / 1e6;
-        e.added_us = hits_us(hits) + e.samples_per_call * c.sample_ns / 1e3;
+        // Rows: the call's token, its graphs, every thread's nodes (op, full) or samples.
+        const double threads = std::isnan(f.threads) ? 1 : f.threads;
+        e.records_per_call = 1 + f.graphs_per_call + (hits - graph_hits) * threads + e.samples_per_call * threads;
+        if (level == "token") e.records_per_call = 1;
+        e.recorder_us = e.records_per_call * c.record_ns / 1e3;
+        const double probes_us = hits_us(hits) + e.samples_per_call * c.sample_ns / 1e3;
+        e.added_us = probes_us + e.recorder_us;
         e.slowdown_pct = 100.0 * e.added_us / untraced_us;
+        e.spare_cpu_slowdown_pct = 100.0 * probes_us / untraced_us;
         out.push_back(e);
     }
     return out;

@@ -134,7 +134,9 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
     f.nodes_per_thread = 45;
     f.graphs_per_call = 2;
     f.traced_call_ms = 10;
-    const HitCosts c{500, 1000, 2000};  // a hit 1 µs, a sample 2 µs
+    // A hit 1 µs as a decode pays it (the hot loop's 0.3 µs is not what a call pays), a
+    // sample 2 µs, nothing for the records (the recorder on a spare CPU).
+    const HitCosts c{500, 300, 2000, 1000, 0};
     const auto e = estimate_levels(f, c, 1000, 250);
     ASSERT_EQ(e.size(), 5u);
     std::map<std::string, LevelEstimate> by;
@@ -155,6 +157,32 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
     EXPECT_LT(by["graph"].slowdown_pct, by["op-sampled"].slowdown_pct);
     EXPECT_LT(by["op-sampled"].slowdown_pct, by["op"].slowdown_pct);
     EXPECT_LT(by["op"].slowdown_pct, by["full"].slowdown_pct);
+    EXPECT_DOUBLE_EQ(by["op"].spare_cpu_slowdown_pct, by["op"].slowdown_pct);
+}
+
+// The records every thread sends, stored by the recorder on the target's CPUs when none is
+// spare: the whole storing lands on the call (predicted), not with a spare CPU.
+TEST(EstimateLevels, TheRecorderStoresEveryThreadsRecordsOnTheCall) {
+    WorkloadFacts f;
+    f.level = "op";
+    f.decode_calls = 10;
+    f.threads = 2;
+    f.nodes_per_thread = 45;
+    f.graphs_per_call = 2;
+    f.traced_call_ms = 10;
+    const HitCosts c{500, 300, 2000, 1000, 400};  // a record stored in 0.4 µs
+    std::map<std::string, LevelEstimate> by;
+    for (const auto& l : estimate_levels(f, c, 1000, 250)) by[l.level] = l;
+    // The token's row; the graphs' rows; both threads' nodes.
+    EXPECT_DOUBLE_EQ(by["token"].records_per_call, 1);
+    EXPECT_DOUBLE_EQ(by["graph"].records_per_call, 3);
+    EXPECT_DOUBLE_EQ(by["op"].records_per_call, 3 + 2 * 45);
+    const double untraced_us = 10'000 - 51;
+    EXPECT_NEAR(by["op"].recorder_us, 93 * 0.4, 1e-9);
+    EXPECT_NEAR(by["op"].slowdown_pct, 100.0 * (51 + 93 * 0.4) / untraced_us, 1e-9);
+    EXPECT_NEAR(by["op"].spare_cpu_slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
+    // op-sampled: both threads' samples are rows too.
+    EXPECT_NEAR(by["op-sampled"].records_per_call, 3 + 2 * untraced_us / 1000, 1e-9);
 }
 
 // What a trace's level cannot tell leaves the levels that need it out. A token-level trace:
@@ -167,7 +195,7 @@ TEST(EstimateLevels, LevelsTheTraceCannotTellAreLeftOut) {
     f.decode_calls = 10;
     f.threads = f.nodes_per_thread = f.graphs_per_call = std::numeric_limits<double>::quiet_NaN();
     f.traced_call_ms = 10;
-    const HitCosts c{500, 1000, 2000};
+    const HitCosts c{500, 300, 2000, 1000, 0};
     auto e = estimate_levels(f, c, 1000, 250);
     ASSERT_EQ(e.size(), 1u);
     EXPECT_EQ(e[0].level, "token");

@@ -170,10 +170,15 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         std::string level = tracer;
         if (tracer.rfind("budget-", 0) == 0)
             level = "op", w.program.insert(w.program.end(), {"--record-arg=--budget", "--record-arg=" + tracer.substr(7)});
+        else if (tracer == "op-defer")  // the consumer's SQLite work held until the target has stopped
+            level = "op", w.program.insert(w.program.end(), {"--record-arg=--defer-mb", "--record-arg=512"});
+        else if (tracer == "op-trap" || tracer == "op-nosend")
+            // The decomposition of op's cost: probes that trap and return, or do all but send.
+            level = "op", w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
         else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" &&
                  tracer != "op-sampled" && tracer != "op" && tracer != "full")
             throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
-                        "budget-P or bpftrace (the floor), not " + tracer);
+                        "budget-P, op-trap, op-nosend, op-defer or bpftrace (the floor), not " + tracer);
         w.program.insert(w.program.end(), {"--level", level});
         if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
         w.argv = w.program;
@@ -199,6 +204,7 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
     }
     if (tracer.rfind("budget-", 0) == 0) level = "op", extra = {"--budget", tracer.substr(7)};
+    if (tracer == "op-defer") level = "op", extra = {"--defer-mb", "512"};
     if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired") {
         const bool detach = tracer.find("detach") != std::string::npos;
         level = tracer.rfind("full", 0) == 0 ? "full" : "op";

@@ -148,6 +148,12 @@ TEST(Estimate, PredictsEachLevelFromATraceAndThisMachinesCosts) {
     EXPECT_NEAR(j["nodes_per_thread"].get<double>(), ops / calls / 2, 1e-9);
     EXPECT_GT(j["trap_ns"].get<double>(), 0);
     EXPECT_GE(j["hit_ns"].get<double>(), j["trap_ns"].get<double>() * 0.5);
+    EXPECT_GE(j["cold_hit_ns"].get<double>(), 0);
+    EXPECT_GT(j["record_ns"].get<double>(), 0);
+    // Storing a row takes the recorder's CPU: with none spare, each level costs at least what
+    // it costs with one.
+    for (const auto& l : j["levels"])
+        EXPECT_GE(l["slowdown_pct"].get<double>(), l["spare_cpu_slowdown_pct"].get<double>()) << l["level"];
     ASSERT_EQ(j["levels"].size(), 5u);
     std::vector<std::string> names;
     for (const auto& l : j["levels"]) names.push_back(l["level"]);

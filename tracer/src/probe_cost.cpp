@@ -17,7 +17,11 @@
 #include "elf_symbols.h"
 #include "probe_site.h"
 #include "profinfer/error.h"
+#include "profinfer/output_file.h"
+#include "profinfer/store.h"
 #include "struct_layout.h"
+#include "synthetic_decode.h"
+#include "trace_writer.h"
 #include "tracer_bpf.skel.h"
 
 // x86-64 uprobes emulate a push (or a branch) at the trap and single-step any other
@@ -28,8 +32,16 @@
 extern "C" bool profinfer_bench_node(void* params, void* tensor);
 asm(".text\n.globl profinfer_bench_node\n.type profinfer_bench_node, @function\nprofinfer_bench_node:\n"
     "  endbr64\n  push %rbx\n  xor %eax, %eax\n  pop %rbx\n  ret\n.size profinfer_bench_node, .-profinfer_bench_node\n");
+// Its twin, never probed: the same call without the hit, in the same loop.
+extern "C" bool profinfer_bench_plain(void* params, void* tensor);
+asm(".text\n.globl profinfer_bench_plain\n.type profinfer_bench_plain, @function\nprofinfer_bench_plain:\n"
+    "  endbr64\n  push %rbx\n  xor %eax, %eax\n  pop %rbx\n  ret\n.size profinfer_bench_plain, .-profinfer_bench_plain\n");
 #else
 extern "C" __attribute__((noinline, used)) bool profinfer_bench_node(void* params, void* tensor) {
+    asm volatile("" : : "r"(params), "r"(tensor) : "memory");
+    return false;
+}
+extern "C" __attribute__((noinline, used)) bool profinfer_bench_plain(void* params, void* tensor) {
     asm volatile("" : : "r"(params), "r"(tensor) : "memory");
     return false;
 }
@@ -99,7 +111,7 @@ NodeProbeHarness::~NodeProbeHarness() {
 
 bool NodeProbeHarness::ok() const { return !impl_->skel || (impl_->link && impl_->rb); }
 
-bool NodeProbeHarness::call(int ith) {
+bool NodeProbeHarness::call(int ith, bool probed) {
     // ggml_compute_params {ith, nth, ...} and a tensor: a 1 MiB MUL_MAT-like node.
     struct Params {
         int32_t ith, nth;
@@ -118,7 +130,7 @@ bool NodeProbeHarness::call(int ith) {
         return n;
     }();
     params.ith = ith, params.nth = 2;
-    return profinfer_bench_node(&params, tensor.bytes);
+    return probed ? profinfer_bench_node(&params, tensor.bytes) : profinfer_bench_plain(&params, tensor.bytes);
 }
 
 namespace {
@@ -145,6 +157,61 @@ double ns_per_call(double seconds) {
     }
     std::nth_element(batches.begin(), batches.begin() + batches.size() / 2, batches.end());
     return batches[batches.size() / 2];
+}
+
+// A node hit as a decode pays it: between two hits a node streams megabytes of weights
+// through the caches (~2.5 MB a node in a 1B model), so the trap's kernel path and the
+// handler's maps are out of L1 and L2 each time — measured in the duet at ~2.5× the hot
+// loop's hit. Each call here follows a read of a buffer twice the L2 cache (it stays in L3:
+// streaming from memory instead makes the difference below noise); probed and unprobed twin
+// calls alternate in batches, the hit is the median difference (the streaming cancels out).
+double cold_hit_ns(double seconds) {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    std::vector<unsigned char> buf(size_t(std::clamp(l2 > 0 ? 2 * l2 : 4l << 20, 1l << 20, 16l << 20)), 1);
+    volatile uint64_t sink = 0;
+    auto stream = [&] {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < buf.size(); i += 64) sum += buf[i];
+        sink = sink + sum;
+    };
+    constexpr int kCalls = 16;
+    auto batch = [&](bool probed) {
+        const double t0 = thread_cpu_ns();
+        for (int i = 0; i < kCalls; ++i) stream(), NodeProbeHarness::call(1, probed);
+        return thread_cpu_ns() - t0;
+    };
+    std::vector<double> diffs;
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    for (bool first = true; Clock::now() < end || diffs.size() < 9; first = !first) {
+        // Alternating which twin goes first: neither gets the other's warm-up.
+        const double a = batch(first), b = batch(!first);
+        diffs.push_back((first ? a - b : b - a) / kCalls);
+    }
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    return std::max(0.0, diffs[diffs.size() / 2]);
+}
+
+// What the consumer spends storing one record (ring-buffer records turned into rows by the
+// recorder's own TraceWriter, committed as the recorder does, into a trace in a private
+// temporary directory): decode steps of NODES operator records on one thread.
+double record_cost_ns(double seconds, int nodes) {
+    PrivateTempDir dir("profinfer-estimate");
+    store::Database db(dir.path() / "estimate.db", store::Database::Mode::Create);
+    const GgmlLayout& layout = GgmlLayout::builtin();
+    store::TraceTables tables(db);
+    TraceWriter writer(tables, layout, SchedPeers::Comm);
+    bench::SyntheticDecode decode(writer, layout, nodes, 1);
+    decode.step();  // the node details, sent once
+    writer.commit();
+    uint64_t records = 0, steps = 0;
+    const double t0 = thread_cpu_ns();
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end || steps < 8) {
+        records += decode.step();
+        if (++steps % 4 == 0) writer.commit();
+    }
+    writer.commit();
+    return (thread_cpu_ns() - t0) / double(records);
 }
 
 // Spin iterations per CPU second of this thread, the median of 10-ms batches over SECONDS.
@@ -225,22 +292,27 @@ double sample_cost_ns(double seconds, int hz) {
 
 ProbeCosts measure_probe_costs(double seconds) {
     ProbeCosts c;
-    const double before = ns_per_call(seconds / 8);
+    const double before = ns_per_call(seconds / 16);
     {
         NodeProbeHarness trap(NodeProbeHarness::Trap);
         if (!trap.ok()) throw Error("cannot attach a uprobe to profinfer itself (root and uprobes needed)");
-        c.trap_ns = ns_per_call(seconds / 4);
+        c.trap_ns = ns_per_call(seconds / 8);
     }
     {
         NodeProbeHarness worker(NodeProbeHarness::Worker);
         if (!worker.ok()) throw Error("cannot attach the node program to profinfer itself");
-        c.node_hit_ns = ns_per_call(seconds / 4);
+        c.node_hit_ns = ns_per_call(seconds / 8);
     }
-    const double untraced = std::min(before, ns_per_call(seconds / 8));
+    {
+        NodeProbeHarness worker(NodeProbeHarness::Worker);
+        c.cold_hit_ns = cold_hit_ns(seconds / 4);
+    }
+    const double untraced = std::min(before, ns_per_call(seconds / 16));
     c.trap_ns = std::max(0.0, c.trap_ns - untraced);
     c.node_hit_ns = std::max(0.0, c.node_hit_ns - untraced);
     c.sample_hz = 10000;
     c.sample_ns = sample_cost_ns(seconds / 4, c.sample_hz);
+    c.record_ns = record_cost_ns(seconds / 8, 283);
     return c;
 }
 

@@ -46,21 +46,27 @@ struct WorkloadFacts {
 };
 WorkloadFacts workload_facts(store::Database& db);
 
-// What one probe hit, and one CPU-clock sample, cost on this machine (profinfer estimate
-// measures them: tracer/src/probe_cost.h).
+// What one probe hit, one CPU-clock sample and one stored record cost on this machine
+// (profinfer estimate measures them: tracer/src/probe_cost.h). A decode pays its hits cold
+// (cold_hit_ns: the caches streamed through between them), not at the hot loop's hit_ns.
 struct HitCosts {
-    double trap_ns = 0, hit_ns = 0, sample_ns = 0;
+    double trap_ns = 0, hit_ns = 0, sample_ns = 0, cold_hit_ns = 0, record_ns = 0;
 };
 // Each level's predicted cost to a decode call of that workload: the probe hits and samples a
-// call takes on its critical path (each thread pays its own: per thread, not summed), the time
-// they add, and the slowdown against the call without them (the traced call minus what the
-// trace's own level added).
+// call takes on its critical path (each thread pays its own: per thread, not summed), the
+// records all its threads send, which the recorder stores on the target's CPUs when none is
+// spare (its whole work lands on the call: a thread it takes a CPU from holds the others at
+// the next barrier), and the slowdown against the call without them (the traced call minus
+// what the trace's own level added).
 struct LevelEstimate {
     std::string level;
     double hits_per_call = 0;    // probe hits on one thread's path
     double samples_per_call = 0; // CPU-clock samples of one thread
-    double added_us = 0;
-    double slowdown_pct = 0;
+    double records_per_call = 0; // rows stored per call, every thread's
+    double added_us = 0;         // hits, samples and the recorder's storing
+    double recorder_us = 0;      // of which the recorder's storing
+    double slowdown_pct = 0;     // no spare CPU: the recorder shares the target's
+    double spare_cpu_slowdown_pct = 0;  // the recorder on a CPU the target does not use
 };
 // Levels whose inputs the facts lack (NaN) are left out.
 std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,

@@ -18,8 +18,9 @@ public:
     explicit NodeProbeHarness(Mode mode);
     ~NodeProbeHarness();
     bool ok() const;
-    // One call of the probed function (params of thread ITH of 2, a 1 MiB MUL_MAT-like node).
-    static bool call(int ith);
+    // One call of the probed function (params of thread ITH of 2, a 1 MiB MUL_MAT-like node),
+    // or of its never-probed twin.
+    static bool call(int ith, bool probed = true);
 
 private:
     struct Impl;
@@ -29,10 +30,12 @@ private:
 struct ProbeCosts {
     double trap_ns = 0;       // a uprobe hit whose program returns at once
     double node_hit_ns = 0;   // a hit of the operator level's node probe on a worker thread
+    double cold_hit_ns = 0;   // the same hit after the caches were streamed through, as between a decode's nodes
+    double record_ns = 0;     // the consumer's CPU to store one record (ring buffer to SQLite row)
     double sample_ns = 0;     // a CPU-clock sample of a running thread (interrupt and op_sample)
     int sample_hz = 0;        // the rate the sample cost was measured at
 };
-// Measures the three, each in about SECONDS (medians over batches; the untraced loop
+// Measures them, together in about SECONDS (medians over batches; the untraced loop
 // measured between them). Throws profinfer::Error without root or uprobes.
 ProbeCosts measure_probe_costs(double seconds = 0.3);
 

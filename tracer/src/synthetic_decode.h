@@ -2,7 +2,8 @@
 // Records shaped like the decode steps of a 2-thread llama.cpp run, fed to a TraceWriter
 // as the kernel side sends them: each node's details once (a reused graph), then per step
 // one llama_decode call around one CPU graph whose nodes each thread reports in batches
-// of PI_OP_BATCH. Shared by the writer's and the analysis' micro-benchmarks.
+// of PI_OP_BATCH. Shared by the writer's and the analysis' micro-benchmarks and `profinfer
+// estimate` (what storing a record costs here).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
