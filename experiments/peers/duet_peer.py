@@ -40,7 +40,9 @@ Prints one JSON line: duet_slowdown_pct, traced_tps, untraced_tps (geometric mea
 windows), the ratio with the traced side on each CPU, the CPUs' own speeds (cpu0_tps, cpu1_tps: the untraced side on
 each), which show a machine whose CPUs differ, the recorder's CPU time and wake-ups, and
 predicted_pct: what `profinfer estimate` predicts for LEVEL from the run's own trace and this
-machine's costs measured right after the duet (not for --budget, whose cost is asked).
+machine's costs measured right after the duet (not for --budget, whose cost is asked), and
+traced_calls_pct at op and full: the share of calls whose operators were recorded (--budget's
+gate leaves the others out).
 """
 import argparse
 import json
@@ -234,8 +236,12 @@ def duet(a, copy, cpus, work):
         info = subprocess.run([a.profinfer, "info", "--json", db], capture_output=True, text=True)
         if info.returncode != 0:
             fail(f"profinfer info exited with status {info.returncode}: {info.stderr.strip()[-1000:]}")
-        meta = json.loads(info.stdout)["meta"]
-        if not a.record_arg:
+        j = json.loads(info.stdout)
+        meta = j["meta"]
+        calls = (j.get("decode_calls") or 0) + (j.get("prefill_calls") or 0)
+        if calls and a.level in ("op", "full"):  # the calls whose operators were recorded (--budget: its gate's)
+            meta["traced_calls_pct"] = 100.0 * (1 - (j.get("ops_untraced_calls") or 0) / calls)
+        if not a.record_arg and j.get("decode_calls"):  # a run with no probe in the target (noprobe) has none
             predicted = predict(a, db)
     for e in errs:
         e.close()
@@ -300,7 +306,8 @@ def main():
            "predicted_pct": predicted,
            "start_offset_s": meta.get("start_offset_s", 0.0),
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
-           "recorder_wakeups": int(meta.get("recorder_wakeups") or 0)}
+           "recorder_wakeups": int(meta.get("recorder_wakeups") or 0),
+           "traced_calls_pct": meta.get("traced_calls_pct")}
     print(json.dumps(out))
 
 

@@ -72,7 +72,8 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
              {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
              {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"},
              {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
-             {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"}})
+             {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"},
+             {"traced_calls_pct", "traced_calls_pct"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 

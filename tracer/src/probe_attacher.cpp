@@ -190,7 +190,12 @@ bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, c
                                        uint64_t size, uint32_t reads) {
     if (!ret) offset = entry_probe_offset(lib, offset, size, reads);
     LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
-    return bpf_program__attach_uprobe_opts(prog, pid_, lib.c_str(), offset, &uo);
+    // PROFINFER_ABLATE=attach: into profinfer itself, which does not map LIB — the kernel
+    // writes no breakpoint into the target, everything else is as recorded (the loader watch
+    // stays: the libraries are found, read and stopped for as always).
+    const bool ablated = skel_->rodata->ablate == PI_ABLATE_ATTACH && prog != skel_->progs.dl_debug_state;
+    const pid_t into = ablated ? getpid() : pid_;
+    return bpf_program__attach_uprobe_opts(prog, into, lib.c_str(), offset, &uo);
 }
 
 void ProbeAttacher::record_probe(const std::string& symbol, const std::string& lib, const char* kind, bool ok,

@@ -126,12 +126,16 @@ void TracerProgram::read_knobs(bool has_gate) {
     // operator probes trap and return, or do everything but send. Not a trace.
     if (const char* ablate = std::getenv("PROFINFER_ABLATE")) {
         const std::string a = ablate;
-        if (a != "trap" && a != "send") throw Error("PROFINFER_ABLATE must be trap or send, not '" + a + "'");
-        skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : PI_ABLATE_SEND;
+        if (a != "trap" && a != "send" && a != "attach")
+            throw Error("PROFINFER_ABLATE must be trap, send or attach, not '" + a + "'");
+        skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : a == "send" ? PI_ABLATE_SEND : PI_ABLATE_ATTACH;
         tables_.set_meta(store::MetaKey::Ablate, a);
         if (!opts_.quiet)
-            std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": operator records are "
-                      << (a == "trap" ? "not made" : "not sent") << " (a cost measurement, not a trace)\n";
+            std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": "
+                      << (a == "trap"   ? "operator records are not made"
+                          : a == "send" ? "operator records are not sent"
+                                        : "no probe in the target (its uprobes go into profinfer itself)")
+                      << " (a cost measurement, not a trace)\n";
     }
 }
 

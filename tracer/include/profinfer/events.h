@@ -22,7 +22,7 @@
  * task_struct (its fault counts: exact per thread, a plain load instead of a perf read). */
 enum pi_counter_source { PI_COUNTER_PERF = 0, PI_COUNTER_TASK_MAJ_FLT = 1, PI_COUNTER_TASK_MIN_FLT = 2 };
 
-enum pi_ablate { PI_ABLATE_NONE = 0, PI_ABLATE_TRAP = 1, PI_ABLATE_SEND = 2 };
+enum pi_ablate { PI_ABLATE_NONE = 0, PI_ABLATE_TRAP = 1, PI_ABLATE_SEND = 2, PI_ABLATE_ATTACH = 3 };
 
 #define PI_OP_BATCH 16  /* node records per PI_EV_OP record (one ring-buffer reservation) */
 
