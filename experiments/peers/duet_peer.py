@@ -133,9 +133,10 @@ def tree(pid):
     return out
 
 
-def pin(pid, cpu):
-    """Every thread of PID's process tree onto CPU (threads started later inherit it)."""
-    for p in tree(pid):
+def pin(pid, cpu, descendants=True):
+    """Every thread of PID's process tree (or of PID alone) onto CPU (threads started later
+    inherit it)."""
+    for p in tree(pid) if descendants else [pid]:
         try:
             for t in os.listdir(f"/proc/{p}/task"):
                 try:
@@ -213,6 +214,9 @@ def duet(a, copy, cpus, work):
                 for pid in [traced.proc.pid] + ([bt.pid] if bt else []):
                     pin(pid, on)
                 pin(untraced.proc.pid, cpus[(w + 1) % 2])
+            if a.recorder_apart and traced_argv is not stream:  # profinfer's own threads with the untraced side
+                pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
+            if w or a.recorder_apart:
                 time.sleep(a.settle)
             start = now_ns()
             time.sleep(a.window)
@@ -276,6 +280,8 @@ def main():
     ap.add_argument("--windows", type=int, default=4, help="windows, the sides swapped between the CPUs after each")
     ap.add_argument("--settle", type=float, default=0.3, help="seconds after a swap before the next window")
     ap.add_argument("--cpus", default="0,1", help="the two CPUs")
+    ap.add_argument("--recorder-apart", action="store_true",
+                    help="profinfer's own threads on the untraced side's CPU (the traced command alone on its own)")
     a = ap.parse_args()
     cpus = [int(c) for c in a.cpus.split(",")]
     if len(cpus) != 2 or cpus[0] == cpus[1]:

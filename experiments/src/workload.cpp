@@ -175,13 +175,16 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         else if (tracer == "op-trap" || tracer == "op-nosend")
             // The decomposition of op's cost: probes that trap and return, or do all but send.
             level = "op", w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
-        else if (tracer == "noprobe")
-            // Recorded at token level with no probe in the target: the cost of being recorded.
+        else if (tracer == "noprobe" || tracer == "noprobe-apart") {
+            // Recorded at token level with no probe in the target: the cost of being recorded
+            // (apart: profinfer's own threads on the untraced side's CPU).
             level = "token", w.env.push_back({"PROFINFER_ABLATE", "attach"});
+            if (tracer == "noprobe-apart") w.program.push_back("--recorder-apart");
+        }
         else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" &&
                  tracer != "op-sampled" && tracer != "op" && tracer != "full")
             throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
-                        "budget-P, op-trap, op-nosend, op-defer, noprobe or bpftrace (the floor), not " + tracer);
+                        "budget-P, op-trap, op-nosend, op-defer, noprobe, noprobe-apart or bpftrace (the floor), not " + tracer);
         w.program.insert(w.program.end(), {"--level", level});
         if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
         w.argv = w.program;

@@ -161,7 +161,9 @@ TEST(Estimate, PredictsEachLevelFromATraceAndThisMachinesCosts) {
     EXPECT_LT(j["levels"][1]["slowdown_pct"].get<double>(), j["levels"][3]["slowdown_pct"].get<double>());
     // An op-sampled trace tells the graphs and the threads, not the nodes computed (a graph's
     // size counts views ggml never computes): the levels up to op-sampled, the table says why.
-    const fs::path sampled = record_dump(d, "sampled.db", {"--level", "op-sampled", "--sample-hz", "2000"}, 16, "2");
+    // 64 calls at 4 kHz: the tiny model's graphs take a few ms in all, and both threads must
+    // be sampled for the trace to tell its threads (16 calls at 2 kHz gave ~10 a thread).
+    const fs::path sampled = record_dump(d, "sampled.db", {"--level", "op-sampled", "--sample-hz", "4000"}, 64, "2");
     r = run({profinfer_bin(), "estimate", sampled.string(), "--seconds", "0.3", "--json"});
     ASSERT_EQ(r.status, 0) << r.err;
     const auto s = nlohmann::json::parse(r.out);
