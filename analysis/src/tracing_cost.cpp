@@ -217,8 +217,8 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
         e.samples_per_call = double(hz) * untraced_us / 1e6;
         // Rows: the call's token, its graphs, every thread's nodes (op, full) or samples.
         const double threads = std::isnan(f.threads) ? 1 : f.threads;
-        e.records_per_call = 1 + f.graphs_per_call + (hits - graph_hits) * threads + e.samples_per_call * threads;
-        if (level == "token") e.records_per_call = 1;
+        e.records_per_call =
+            level == "token" ? 1 : 1 + f.graphs_per_call + (hits - graph_hits + e.samples_per_call) * threads;
         e.recorder_us = e.records_per_call * c.record_ns / 1e3;
         const double probes_us = hits_us(hits) + e.samples_per_call * c.sample_ns / 1e3;
         e.added_us = probes_us + e.recorder_us;

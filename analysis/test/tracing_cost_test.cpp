@@ -124,9 +124,8 @@ TEST(TracingCost, FidelityComparesTheSameOperators) {
     EXPECT_NEAR(f1.callback_slower_pct, 100.0, 1e-9);
 }
 
-// A decode call of 2 threads × 45 nodes and 2 graphs, traced at op level at 10 ms: each
-// level's hits, samples and slowdown follow from the costs, against the call without them.
-TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
+// A decode call of 2 threads × 45 nodes and 2 graphs, traced at op level at 10 ms.
+static WorkloadFacts op_call_of_two_threads() {
     WorkloadFacts f;
     f.level = "op";
     f.decode_calls = 10;
@@ -134,6 +133,13 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
     f.nodes_per_thread = 45;
     f.graphs_per_call = 2;
     f.traced_call_ms = 10;
+    return f;
+}
+
+// A decode call of 2 threads × 45 nodes and 2 graphs, traced at op level at 10 ms: each
+// level's hits, samples and slowdown follow from the costs, against the call without them.
+TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
+    const WorkloadFacts f = op_call_of_two_threads();
     // A hit 1 µs as a decode pays it (the hot loop's 0.3 µs is not what a call pays), a
     // sample 2 µs, nothing for the records (the recorder on a spare CPU).
     const HitCosts c{500, 300, 2000, 1000, 0};
@@ -163,13 +169,7 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
 // The records every thread sends, stored by the recorder on the target's CPUs when none is
 // spare: the whole storing lands on the call (predicted), not with a spare CPU.
 TEST(EstimateLevels, TheRecorderStoresEveryThreadsRecordsOnTheCall) {
-    WorkloadFacts f;
-    f.level = "op";
-    f.decode_calls = 10;
-    f.threads = 2;
-    f.nodes_per_thread = 45;
-    f.graphs_per_call = 2;
-    f.traced_call_ms = 10;
+    const WorkloadFacts f = op_call_of_two_threads();
     const HitCosts c{500, 300, 2000, 1000, 400};  // a record stored in 0.4 µs
     std::map<std::string, LevelEstimate> by;
     for (const auto& l : estimate_levels(f, c, 1000, 250)) by[l.level] = l;
