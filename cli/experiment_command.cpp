@@ -4,7 +4,9 @@
 
 #include "profinfer/board.h"
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_runner.h"
+#include "profinfer/study_summary.h"
+#include "profinfer/results_readme.h"
 #include "subcommands.h"
 
 namespace fs = std::filesystem;

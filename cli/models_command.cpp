@@ -10,7 +10,9 @@
 
 #include "model_card.h"
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_runner.h"
+#include "profinfer/study_summary.h"
+#include "profinfer/number_text.h"
 #include "profinfer/intervals.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/stats.h"

@@ -42,8 +42,8 @@ run_one() {
   local tps own=","
   tps=$(python3 -c "import csv,sys; print(next(r for r in csv.DictReader(open(sys.argv[1])) if r['n_gen'] != '0')['avg_ts'])" "$tmp/bench.csv")
   if [[ -f $tmp/run.db ]]; then
-    own=$(sqlite3 "$tmp/run.db" "SELECT coalesce((SELECT value FROM meta WHERE key = 'recorder_wakeups'), '') || ',' ||
-                                         coalesce((SELECT value FROM meta WHERE key = 'recorder_cpu_ms'), '')")
+    own=$("$NEW" info --json "$tmp/run.db" |
+          python3 -c "import json,sys; m = json.load(sys.stdin)['meta']; print(m.get('recorder_wakeups', '') + ',' + m.get('recorder_cpu_ms', ''))")
   fi
   echo "$r,$label,$tps,$(cat "$tmp/time"),$own" >> "$OUT"
   echo "round $r/$ROUNDS $label: $tps t/s" >&2

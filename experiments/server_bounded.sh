@@ -39,6 +39,7 @@ wait $lpid || true
 largest=$(sort -k2 -n "$out/sizes.txt" | tail -1 | cut -d' ' -f2)
 echo "recording: $(tail -2 "$out/record.err" | tr '\n' ' ')"
 echo "largest on disk while recording: $largest bytes (bound $((mb * 1000000))); final: $(stat -c %s "$out/run.db") bytes"
-echo "calls kept: $(sqlite3 "$out/run.db" 'SELECT count(*) FROM tokens'), dropped: $(sqlite3 "$out/run.db" "SELECT value FROM meta WHERE key = 'calls_dropped'")"
+"$profinfer" info --json "$out/run.db" |
+  python3 -c "import json,sys; j = json.load(sys.stdin); print('calls kept:', j['calls_recorded'], end=', '); print('dropped:', j['meta'].get('calls_dropped', ''))"
 echo "requests answered: $(wc -l <"$out/load.jsonl"), failed: $(grep -vc '"error": null' "$out/load.jsonl" || true)"
 echo "in $out"

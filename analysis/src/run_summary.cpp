@@ -49,6 +49,11 @@ RunSummary RunSummary::load(store::Database& db) {
     s.tokens = db.scalar("SELECT coalesce(sum(max(n_tokens, 0)), 0) FROM calls");
     s.prefill_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'prefill'");
     s.decode_calls = db.scalar("SELECT count(*) FROM calls WHERE phase = 'decode'");
+    {
+        store::Statement st(db.handle(), "SELECT count(*), coalesce(min(start_ns), 0), coalesce(max(end_ns), 0) FROM tokens");
+        st.step();
+        s.calls_recorded = st.column_int(0), s.first_call_start_ns = st.column_int(1), s.last_call_end_ns = st.column_int(2);
+    }
     s.ops_untraced_calls = db.scalar("SELECT count(*) FROM calls WHERE NOT ops_traced");
     s.graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'backend'");
     s.cpu_graphs = db.scalar("SELECT count(*) FROM call_graphs WHERE api = 'cpu'");
@@ -111,6 +116,9 @@ nlohmann::json RunSummary::to_json() const {
         {"prefill_calls", prefill_calls},
         {"decode_calls", decode_calls},
         {"ops_untraced_calls", ops_untraced_calls},
+        {"calls_recorded", calls_recorded},
+        {"first_call_start_ns", first_call_start_ns},
+        {"last_call_end_ns", last_call_end_ns},
         {"graphs", graphs},
         {"cpu_graphs", cpu_graphs},
         {"operators", operators},

@@ -88,6 +88,12 @@ TEST(GoldenTrace, EveryAnalysisCommandReadsWhatTheGeneratorWrote) {
         EXPECT_EQ(j["lost_events"], 0);
         // A call: 10 ns, the nodes at 1 µs each, 10 ns.
         EXPECT_NEAR(j["median_tpot_ms"].get<double>(), (20 + 1000.0 * kNodes) / 1e6, 1e-9);
+        // What the peers read instead of SQL: every call, and the span from the first's start
+        // to the last's end (kSteps calls of that length, back to back or apart).
+        EXPECT_EQ(j["calls_recorded"], kSteps);
+        EXPECT_GE(j["last_call_end_ns"].get<int64_t>() - j["first_call_start_ns"].get<int64_t>(),
+                  int64_t(kSteps) * (20 + 1000 * kNodes));
+        EXPECT_GT(j["first_call_start_ns"].get<int64_t>(), 0);
     }
     {
         auto r = run({profinfer_bin(), "stat", g, "--by", "op-type", "--format", "csv"});

@@ -37,4 +37,10 @@ std::string format_double(double v, const char* format) {
     return b;
 }
 
+std::string format_with_interval(double median, double lo, double hi) {
+    if (!std::isfinite(median)) return "–";
+    return format_double(median) +
+           (std::isfinite(lo) && std::isfinite(hi) ? " [" + format_double(lo) + ", " + format_double(hi) + "]" : "");
+}
+
 }  // namespace profinfer

@@ -147,4 +147,6 @@ Table Table::read_csv_file(const std::filesystem::path& f) {
     }
 }
 
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
 }  // namespace profinfer

@@ -29,13 +29,12 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 
-from stream_target import Target, now_ns
+from stream_target import Target, now_ns, recording_info
 
 
 def fail(msg):
@@ -107,9 +106,8 @@ def main():
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                     if r.returncode != 0:
                         fail(f"profinfer record exited with status {r.returncode}: {r.stderr.strip()[-2000:]}")
-                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
-                        first, last, n = c.execute("SELECT min(start_ns), max(end_ns), count(*) FROM tokens").fetchone()
-                        meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+                    j = recording_info(a.profinfer, db)
+                    first, last, n, meta = j["first_call_start_ns"], j["last_call_end_ns"], j["calls_recorded"], j["meta"]
                     if not n or n < 2:
                         fail(f"the {a.window} s recording holds {n or 0} calls")
                     calls = target.recorded(first, last)

@@ -2,9 +2,19 @@
 --stream decoding llama-bench's tg workload over and over, one line per decode call with the
 CLOCK_MONOTONIC start and end it read around llama_decode, so that its speed over any window
 is measured by the target itself, without tracing it."""
+import json
 import signal
 import subprocess
 import time
+
+
+def recording_info(profinfer, db):
+    """What `profinfer info --json` says of a recording (keys: docs/cli.md): the peers read
+    recordings through it, never with SQL on the trace."""
+    r = subprocess.run([profinfer, "info", "--json", db], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"profinfer info exited with status {r.returncode}: {r.stderr.strip()[-1000:]}")
+    return json.loads(r.stdout)
 
 
 def now_ns():

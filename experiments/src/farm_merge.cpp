@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/results_readme.h"
+#include "profinfer/number_text.h"
 #include "profinfer/experiment_index.h"
 #include "profinfer/output_file.h"
 #include "profinfer/plotter.h"
@@ -29,7 +30,7 @@ std::string cell_text(const nlohmann::json& v) {
     if (v.is_null()) return "";
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-    return format_number(v.get<double>());
+    return format_double(v.get<double>());
 }
 
 // One study's table.csv per board, compared point by point (a point: its parameters).

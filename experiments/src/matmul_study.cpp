@@ -10,7 +10,9 @@
 #include <tuple>
 
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/study_summary.h"
+#include "profinfer/study_text.h"
+#include "profinfer/number_text.h"
 #include "profinfer/output_file.h"
 #include "profinfer/number_text.h"
 #include "profinfer/perf_models.h"
@@ -314,7 +316,7 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
            << (on_cpu ? "– (on the CPU in the Vulkan run: " + format_with_interval(oi.median, oi.lo, oi.hi) + ", n " +
                             std::to_string(oi.n) + ")"
                       : format_with_interval(vi.median, vi.lo, vi.hi) + " (n " + std::to_string(vi.n) + ")")
-           << " | " << (on_cpu ? "–" : format_number(vi.median / ci.median)) << " |\n";
+           << " | " << (on_cpu ? "–" : format_double(vi.median / ci.median)) << " |\n";
         bars.push_back({nm + (kernel == "MatMul" ? "" : " (" + (on_cpu ? std::string("on CPU") : "+ADD") + ")") + " " +
                             std::to_string(std::get<1>(key)) + "x" + std::to_string(std::get<2>(key)),
                         ci, on_cpu ? oi : vi, on_cpu});

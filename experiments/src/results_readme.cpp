@@ -10,7 +10,9 @@
 
 #include "profinfer/board.h"
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/study_text.h"
+#include "profinfer/results_readme.h"
+#include "profinfer/number_text.h"
 #include "profinfer/output_file.h"
 #include "profinfer/stats.h"
 #include "profinfer/experiment_index.h"
@@ -35,25 +37,10 @@ std::map<std::string, std::string> study_facts(const fs::path& index) {
 // A table cell as the tables print it (3 significant digits), "–" when empty.
 std::string num(const nlohmann::json& v) {
     if (!v.is_number()) return "–";
-    return format_number(v.get<double>());
+    return format_double(v.get<double>());
 }
 
 }  // namespace
-
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-std::string format_number(double v) {
-    if (!std::isfinite(v)) return "–";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3g", v);
-    return b;
-}
-
-std::string format_with_interval(double median, double lo, double hi) {
-    if (!std::isfinite(median)) return "–";
-    return format_number(median) +
-           (std::isfinite(lo) && std::isfinite(hi) ? " [" + format_number(lo) + ", " + format_number(hi) + "]" : "");
-}
 
 fs::path write_results_readme(const fs::path& dir) {
     std::vector<fs::path> studies;
@@ -114,7 +101,7 @@ fs::path write_results_readme(const fs::path& dir) {
         if (!j.is_discarded() && j.value("started", int64_t(0)) > 0 && j.value("finished", int64_t(0)) > 0)
             md << "Run: `make reproduce QUICK=" << j.value("quick", 1) << "` at commit `" << j.value("commit", std::string("?"))
                << "`, "
-               << format_number(double(j.value("finished", int64_t(0)) - j.value("started", int64_t(0))) / 60)
+               << format_double(double(j.value("finished", int64_t(0)) - j.value("started", int64_t(0))) / 60)
                << " minutes from the machine's roofs to the last study and the models (building profinfer and llama.cpp "
                   "before it not counted; `reproduce.json`)"
                << (j.value("summarised", std::string()).empty()
@@ -203,7 +190,7 @@ fs::path write_results_readme(const fs::path& dir) {
                : n_lo == n_hi ? std::to_string(n_hi)
                               : std::to_string(n_lo) + "–" + std::to_string(n_hi))
            << " | "
-           << (std::isfinite(lo) ? format_number(lo) + "–" + format_number(hi) : "–") << " |\n";
+           << (std::isfinite(lo) ? format_double(lo) + "–" + format_double(hi) : "–") << " |\n";
     }
     md << "\nAlso here, each with its own tables: ";
     std::vector<std::string> more;

@@ -21,7 +21,7 @@
 #include "profinfer/output_file.h"
 #include "profinfer/vulkan_timings.h"
 #include "profinfer/board.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_runner.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/experiment_index.h"
 #include "profinfer/store.h"

@@ -9,7 +9,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/text_file.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_spec.h"
 #include "profinfer/figures.h"
 #include "profinfer/stable_random.h"
 #include "moe_routing.h"

@@ -6,7 +6,8 @@
 #include <map>
 #include <tuple>
 
-#include "profinfer/experiment.h"
+#include "profinfer/study_summary.h"
+#include "profinfer/study_text.h"
 #include "profinfer/output_file.h"
 #include "profinfer/plotter.h"
 #include "profinfer/stats.h"

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_runner.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/subprocess.h"
 

@@ -11,7 +11,10 @@
 #include <set>
 
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/experiment_runner.h"
+#include "profinfer/study_summary.h"
+#include "profinfer/results_readme.h"
+#include "profinfer/number_text.h"
 #include "profinfer/experiment_index.h"
 #include "test_support.h"
 
@@ -497,7 +500,7 @@ TEST(ResultsReadme, EveryNumberComesFromATable) {
     std::set<std::string> allowed;
     for (double v : {0.8123, 0.7912, 0.8344, 31.27, 29.01, 35.5, 1.234, 4.321, 21.456, 99.87, 33.0, 7.0, 4.0, 2.0, 1.0, 0.0,
                      (7006 - 1000) / 60.0})
-        allowed.insert(format_number(v));
+        allowed.insert(format_double(v));
     for (const char* words : {"9", "512", "95", "3", "5", "2026", "12", "03"})  // Fig. 9, ctx=512, 95 %, 3 digits, QUICK, a day
         allowed.insert(words);
     for (const char* must : {"0.812 [0.791, 0.834]", "31.3 [29, 35.5]", "**within noise**", "needs 4 CPUs or more",

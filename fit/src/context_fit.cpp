@@ -7,7 +7,7 @@
 
 #include "model_card.h"
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/number_text.h"
 #include "profinfer/regression.h"
 
 namespace profinfer::fit {

@@ -5,7 +5,7 @@
 
 #include "fit_parts.h"
 #include "profinfer/error.h"
-#include "profinfer/experiment.h"
+#include "profinfer/study_text.h"
 #include "profinfer/experiment_index.h"
 #include "profinfer/output_file.h"
 

@@ -11,7 +11,6 @@
 #include <map>
 #include <set>
 
-#include "profinfer/experiment.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 #include "test_support.h"

@@ -26,6 +26,10 @@ struct RunSummary {
     store::Meta meta;
     int64_t tokens = 0;  // tokens processed (sum of batch sizes)
     int64_t decode_calls = 0, prefill_calls = 0;
+    // Every llama_decode call the recorder saw (table tokens: a call in flight at attach
+    // included), and the span from the first's start to the last's end (CLOCK_MONOTONIC ns,
+    // read inside llama_decode); 0 without a call.
+    int64_t calls_recorded = 0, first_call_start_ns = 0, last_call_end_ns = 0;
     int64_t graphs = 0, cpu_graphs = 0;         // backend graphs, and CPU graphs (ggml_graph_compute)
     // Counts cover the recorded llama_decode calls (docs/trace-store.md, view call_graphs).
     int64_t operators = 0;                      // graph nodes executed, fused partners included

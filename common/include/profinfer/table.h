@@ -28,4 +28,7 @@ struct Table {
     size_t column(const std::string& name) const;
 };
 
+// A table cell: the number, or null when it is not finite (no interval, no measure).
+nlohmann::json number_or_null(double v);
+
 }  // namespace profinfer

@@ -1,0 +1,130 @@
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "profinfer/output_file.h"
+#include "profinfer/study_text.h"
+#include "profinfer/table.h"
+#include "study_parts.h"
+
+namespace fs = std::filesystem;
+
+namespace profinfer {
+
+// The parameters naming a point's group for a comparison: those the selectors do not fix
+// and that differ between the points.
+std::string group_name(const std::map<std::string, std::string>& params, const std::vector<PointSamples>& points,
+                       const std::map<std::string, std::string>& fixed_a, const std::map<std::string, std::string>& fixed_b) {
+    std::string g;
+    for (const auto& [k, v] : params) {
+        if (fixed_a.count(k) || fixed_b.count(k)) continue;
+        bool varies = false;
+        for (const auto& q : points) varies |= q.params.at(k) != v;
+        if (varies) g += (g.empty() ? "" : ", ") + k + "=" + v;
+    }
+    return g;
+}
+
+Testbed Testbed::here() {
+    Testbed t;
+    t.cpus = int(sysconf(_SC_NPROCESSORS_ONLN));
+    perf_event_attr a{};
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = PERF_COUNT_HW_CPU_CYCLES;
+    a.disabled = 1;
+    a.exclude_kernel = 1;
+    const int fd = int(syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+    t.pmu = fd >= 0;
+    if (fd >= 0) close(fd);
+    return t;
+}
+
+std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& all_points,
+                                         const Testbed& here, const std::vector<PointSamples>& fits) {
+    std::vector<ClaimResult> out;
+    for (const auto& c : spec.claims) {
+        const std::vector<PointSamples>& points = c.on == "fits" ? fits : all_points;
+        std::string untestable = c.not_testable;
+        if (untestable.empty() && c.requires_cpus > here.cpus)
+            untestable = "needs " + std::to_string(c.requires_cpus) + " CPUs or more; this machine has " +
+                         std::to_string(here.cpus);
+        if (untestable.empty() && c.requires_pmu && !here.pmu)
+            untestable = "needs hardware performance counters; this machine has no PMU";
+        if (!untestable.empty()) {
+            out.push_back({&c, "", Interval{}, Verdict::NotTestable, untestable});
+            continue;
+        }
+        // Each side's points, grouped by the parameters neither side fixes.
+        std::map<std::string, const PointSamples*> as, bs;
+        for (const auto& p : points) {
+            if (p.matches(c.a)) as[group_name(p.params, points, c.a, c.b)] = &p;
+            if (!c.value && p.matches(c.b)) bs[group_name(p.params, points, c.a, c.b)] = &p;
+        }
+        if (as.empty()) {
+            out.push_back({&c, "", Interval{}, Verdict::NotTestable,
+                           std::string(c.on == "fits" ? "no fitted line" : "no recorded point") + " matches a"});
+            continue;
+        }
+        for (const auto& [group, a] : as) {
+            ClaimResult r{&c, group, Interval{}, Verdict::NotTestable, ""};
+            const ByRound& av = a->of(c.metric);
+            if (c.value) {
+                std::vector<double> v;
+                for (const auto& [round, x] : av) v.push_back(x);
+                r.estimate = median_interval(v);
+                r.verdict = judge(r.estimate, *c.value, c.expect_greater);
+            } else if (auto b = bs.find(group); b == bs.end()) {
+                r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
+            } else {
+                const std::string& metric_b = c.metric_b.empty() ? c.metric : c.metric_b;
+                const ByRound& bv = b->second->of(metric_b);
+                // A ratio to b means something only where b is above 0 (a speed always is; a
+                // slowdown inside its noise crosses 0 and makes the ratio swing through ±∞).
+                const auto not_positive = std::count_if(bv.begin(), bv.end(), [](const auto& x) { return !(x.second > 0); });
+                if (av.empty() || bv.empty()) {
+                    // Name the side that has no value: a point measured on one side only
+                    // (a hog that starts before the first decode call has no "before").
+                    r.reason = (av.empty() ? c.metric + " was not measured in a" : "") +
+                               (av.empty() && bv.empty() ? "; " : "") +
+                               (bv.empty() ? metric_b + " was not measured in b" : "");
+                } else if (not_positive > 0) {
+                    r.reason = "b is not above 0 in " + std::to_string(not_positive) + " of its " + rounds_text(bv.size()) +
+                               ": a ratio to it says nothing";
+                } else {
+                    r.estimate = ratio_interval(av, bv);
+                    r.verdict = judge(r.estimate, c.factor, c.expect_greater);
+                }
+            }
+            if (r.verdict == Verdict::NotTestable && r.reason.empty())
+                r.reason = r.estimate.n == 0 ? c.metric + " was not measured in a"
+                                             : "n = " + rounds_text(r.estimate.n) + ": too few for an interval (at least " +
+                                                   std::to_string(kMinRoundsForInterval) + ")";
+            out.push_back(r);
+        }
+    }
+    return out;
+}
+
+void write_verdicts(const Study& s, const std::vector<ClaimResult>& verdicts, std::vector<fs::path>& written) {
+    Table v;
+    v.columns = {"claim", "metric", "expect", "a", "b", "group", "estimate", "lo", "hi", "n", "verdict", "reason"};
+    auto sel = [](const std::map<std::string, std::string>& selector) {
+        std::string o;
+        for (const auto& [k, x] : selector) o += (o.empty() ? "" : ", ") + k + "=" + x;
+        return o;
+    };
+    for (const auto& r : verdicts) {
+        const Claim& c = *r.claim;
+        v.rows.push_back({c.says, c.compared(), c.expectation(), sel(c.a),
+                          c.value ? nlohmann::json(*c.value) : nlohmann::json(sel(c.b)), r.group,
+                          number_or_null(r.estimate.median), number_or_null(r.estimate.lo),
+                          number_or_null(r.estimate.hi), int64_t(r.estimate.n), to_string(r.verdict), r.reason});
+    }
+    OutputFile::write(s.out_dir / "verdicts.csv", v.to_csv());
+    written.push_back(s.out_dir / "verdicts.csv");
+}
+
+}  // namespace profinfer
