@@ -14,10 +14,13 @@ disturbs the machine disturbs both:
              that what recording costs is charged to the traced run, as a user feels it
   untraced   the same target on the original libraries
 
-The untraced side starts when profinfer has released the traced command with its probes in (a
-side started 1.5 s after the other read ~1 % faster with nothing traced; the offset left, the
-traced command's own start-up, is reported as start_offset_s). Both decode without end until
-told to stop. Once both have decoded WARMUP seconds past their
+Both sides load the model and wait at a gate (evalcb_peer --ready/--go); once both are
+ready, both are let go at the same moment (the untraced one is started when profinfer has
+released the traced command, start_offset_s after the traced one). Which side starts decoding
+first decides by itself which reads faster: a side let go later reads faster with nothing
+traced (A/A, --lag: see experiments/specs/overhead-duet.toml); before the gate, the traced side
+decoded ~50 ms ahead of the untraced one and every level read ~0.3-0.5 points dearer. Both
+decode without end until told to stop. Once both have decoded WARMUP seconds past their
 first whole cycle (profinfer attached, the model read, a --budget settled), WINDOWS windows of
 WINDOW seconds are measured on both at once, the two sides swapped between the CPUs before
 each (every thread of each side's process tree moved: the recorder goes with the traced side),
@@ -54,7 +57,7 @@ import subprocess
 import tempfile
 import time
 
-from stream_target import Target, now_ns
+from stream_target import Target, now_ns, recording_info
 
 
 def fail(msg):
@@ -171,16 +174,32 @@ def released(profinfer_pid, target, copy, limit_s=120):
     fail(f"profinfer did not release {target} within {limit_s} s")
 
 
+def ready(sides, limit_s=600):
+    """Waits until each side has loaded its model and waits at its gate (its ready file)."""
+    deadline = time.monotonic() + limit_s
+    for side, err, path in sides:
+        while not os.path.exists(path):
+            if side.proc.poll() is not None:
+                err.seek(0)
+                fail(f"a side exited with status {side.proc.returncode} before decoding: {err.read().strip()[-1000:]}")
+            if time.monotonic() > deadline:
+                fail(f"a side was not ready to decode within {limit_s} s")
+            time.sleep(0.01)
+
+
 def duet(a, copy, cpus, work):
     """Both sides at once, swapped between the CPUs every window; returns, per window, (the
     traced side's CPU, traced calls/s, untraced calls/s), and the recording's meta."""
-    stream = [a.target, a.model, "--mode", "none", "--stream", "--threads", "1", "--tokens", str(a.tokens)]
+    stream = lambda side: [a.target, a.model, "--mode", "none", "--stream", "--threads", "1", "--tokens", str(a.tokens)]
+    gate = {side: [os.path.join(work, side + ".ready"), os.path.join(work, side + ".go")] for side in ("traced", "untraced")}
+    gated = lambda side: stream(side) + ["--ready", gate[side][0], "--go", gate[side][1]]
     db = os.path.join(work, "duet.db")
-    if a.level in ("none", "bpftrace"):
-        traced_argv = stream
+    launched = a.level not in ("none", "bpftrace")  # by profinfer
+    if not launched:
+        traced_argv = gated("traced")
     else:
         traced_argv = [a.profinfer, "record", "--stop-with-parent", "--level", a.level, "--board", a.board, "-o", db]
-        traced_argv += a.record_arg + ["--"] + stream
+        traced_argv += a.record_arg + ["--"] + gated("traced")
     bt = None
     if a.level == "bpftrace":
         # The floor: bpftrace's probes on the copy's operator hooks, attached before the duet;
@@ -199,13 +218,17 @@ def duet(a, copy, cpus, work):
     errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
-    # Both sides start together: the untraced one once profinfer has released the traced
-    # command with its probes in (a side started 1.5 s later than the other read ~1 % faster,
-    # nothing traced: the A/A's sides start at once, so must a traced duet's).
-    offset = released(traced.proc.pid, a.target, copy) if traced_argv is not stream else 0.0
-    untraced = Target(["taskset", "-c", str(cpus[1])] + stream, os.path.join(work, "untraced.txt"), errs[1])
+    offset = released(traced.proc.pid, a.target, copy) if launched else 0.0
+    untraced = Target(["taskset", "-c", str(cpus[1])] + gated("untraced"), os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
     try:
+        # Both decode from the same moment (--lag: the untraced side that much later).
+        ready(((traced, errs[0], gate["traced"][0]), (untraced, errs[1], gate["untraced"][0])))
+        first, then = (("traced", "untraced") if a.lag >= 0 else ("untraced", "traced"))
+        open(gate[first][1], "w").close()
+        if a.lag:
+            time.sleep(abs(a.lag))
+        open(gate[then][1], "w").close()
         for side, err in ((traced, errs[0]), (untraced, errs[1])):
             warm(side, err, a.tokens, a.warmup)
         for w in range(a.windows):
@@ -214,7 +237,7 @@ def duet(a, copy, cpus, work):
                 for pid in [traced.proc.pid] + ([bt.pid] if bt else []):
                     pin(pid, on)
                 pin(untraced.proc.pid, cpus[(w + 1) % 2])
-            if a.recorder_apart and traced_argv is not stream:  # profinfer's own threads with the untraced side
+            if a.recorder_apart and launched:  # profinfer's own threads with the untraced side
                 pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
             if w or a.recorder_apart:
                 time.sleep(a.settle)
@@ -237,10 +260,7 @@ def duet(a, copy, cpus, work):
         fail(f"the traced side exited with status {traced.proc.returncode}: {errs[0].read().strip()[-1500:]}")
     predicted = None
     if os.path.exists(db):
-        info = subprocess.run([a.profinfer, "info", "--json", db], capture_output=True, text=True)
-        if info.returncode != 0:
-            fail(f"profinfer info exited with status {info.returncode}: {info.stderr.strip()[-1000:]}")
-        j = json.loads(info.stdout)
+        j = recording_info(a.profinfer, db)
         meta = j["meta"]
         calls = (j.get("decode_calls") or 0) + (j.get("prefill_calls") or 0)
         if calls and a.level in ("op", "full"):  # the calls whose operators were recorded (--budget: its gate's)
@@ -280,6 +300,9 @@ def main():
     ap.add_argument("--windows", type=int, default=4, help="windows, the sides swapped between the CPUs after each")
     ap.add_argument("--settle", type=float, default=0.3, help="seconds after a swap before the next window")
     ap.add_argument("--cpus", default="0,1", help="the two CPUs")
+    ap.add_argument("--lag", type=float, default=0.0,
+                    help="seconds the untraced side starts decoding after the traced one (negative: before); "
+                         "the control of the start order's own effect")
     ap.add_argument("--recorder-apart", action="store_true",
                     help="profinfer's own threads on the untraced side's CPU (the traced command alone on its own)")
     a = ap.parse_args()
@@ -310,7 +333,7 @@ def main():
            **{f"cpu{c}_tps": gmean([u for on, _, u in windows if on != c]) for c in cpus},
            "window_ratios": [round(t / u, 5) for _, t, u in windows],
            "predicted_pct": predicted,
-           "start_offset_s": meta.get("start_offset_s", 0.0),
+           "start_offset_s": meta.get("start_offset_s", 0.0), "lag_s": a.lag,
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0),
            "traced_calls_pct": meta.get("traced_calls_pct")}

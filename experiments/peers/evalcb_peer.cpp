@@ -26,12 +26,16 @@
 // taken around llama_decode in this process). A long-running target whose speed an
 // observer outside can measure over any window without tracing it
 // (experiments/peers/attach_peer.py attaches a recorder for some windows and not others).
+// --ready FILE --go FILE (with --stream): once the model is loaded and warmed up, FILE (ready)
+// is created and the stream waits until the go FILE exists, so that an observer starts two
+// targets' decoding at the same moment however long each took to load (duet_peer.py).
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
 
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -82,7 +86,7 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
 [[noreturn]] void usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv FILE] "
-                 "[--dot FILE] [--stream]\n",
+                 "[--dot FILE] [--stream [--ready FILE --go FILE]]\n",
                  argv0);
     std::exit(2);
 }
@@ -93,7 +97,7 @@ int main(int argc, char** argv) {
     if (argc < 2) usage(argv[0]);
     Peer peer;
     int threads = 2, n_gen = 48;
-    std::string nodes_csv, dot = "/dev/null";
+    std::string nodes_csv, dot = "/dev/null", ready, go;
     bool stream = false;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
@@ -112,9 +116,13 @@ int main(int argc, char** argv) {
         else if (a == "--nodes-csv") nodes_csv = value();
         else if (a == "--dot") dot = value();
         else if (a == "--stream") stream = true;
+        else if (a == "--ready") ready = value();
+        else if (a == "--go") go = value();
         else usage(argv[0]);
     }
-    if (threads < 1 || n_gen < 1 || (stream && peer.mode != Peer::None)) usage(argv[0]);
+    if (threads < 1 || n_gen < 1 || (stream && peer.mode != Peer::None) || ready.empty() != go.empty() ||
+        (!ready.empty() && !stream))
+        usage(argv[0]);
 
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     ggml_backend_load_all();
@@ -155,6 +163,13 @@ int main(int argc, char** argv) {
         static volatile sig_atomic_t stop = 0;
         signal(SIGTERM, [](int) { stop = 1; });
         signal(SIGINT, [](int) { stop = 1; });
+        if (!ready.empty()) {
+            std::FILE* f = std::fopen(ready.c_str(), "w");
+            if (!f) return std::fprintf(stderr, "evalcb_peer: cannot create %s\n", ready.c_str()), 1;
+            std::fclose(f);
+            const timespec ms{0, 1000000};
+            while (!stop && access(go.c_str(), F_OK) != 0) nanosleep(&ms, nullptr);
+        }
         long long calls = 0;
         while (!stop) {
             for (int i = 0; i < n_gen && !stop; ++i, ++calls) {
