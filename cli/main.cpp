@@ -9,6 +9,8 @@
 #include <iostream>
 
 #include "profinfer/error.h"
+#include "profinfer/experiment_runner.h"
+#include "profinfer/knobs.h"
 #include "profinfer/recorder.h"
 #include "subcommands.h"
 
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
         "scheduler events and counters into SQLite, and analyses the recordings."};
     app.require_subcommand(1);
     app.set_version_flag("--version", PROFINFER_VERSION);
+    app.footer(profinfer::knobs_help({{"eval-callback peer", profinfer::evalcb_peer().string()}}));
 
     std::function<int()> action;
     profinfer::cli::add_record(app, action);

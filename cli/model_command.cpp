@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "model_cache.h"
-#include "model_card.h"
-#include "synth.h"
+#include "profinfer/model_cache.h"
+#include "profinfer/model_card.h"
+#include "profinfer/synth.h"
 #include "subcommands.h"
 
 namespace profinfer::cli {

@@ -102,6 +102,12 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "recorder killed outright loses what it held, and the trace counts it (lost_events <kind>_not_stored); meta "
                     "defer_mb, deferred_flushes")
         ->check(number_in(1, 65536));
+    // Cost measurements, not traces (the overhead studies' ablations): hidden from --help.
+    cmd->add_option("--ablate", opts->ablate, "trap, send or attach: what the operator probes leave out (not a trace)")
+        ->check(CLI::IsMember({"trap", "send", "attach"}))
+        ->group("");
+    cmd->add_option("--alternate", opts->alternate, "W or W:detach: windows of W calls recorded and not (not a trace)")
+        ->group("");
     cmd->add_option("command", opts->command, "Command to launch (after --)");
     cmd->positionals_at_end();
     cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit, sample_hz] {

@@ -12,23 +12,16 @@ void add_stat(CLI::App& app, std::function<int()>& action) {
     auto format = std::make_shared<std::string>("table");
     auto machine = std::make_shared<std::string>("machine.json");
     auto* cmd = app.add_subcommand("stat", "ProfStat: statistics per op type, operator, call, block, thread, expert or GPU-backend host event");
-    cmd->footer(
-        "op-type/op: operator time (view node_times, docs/trace-store.md) and share;\n"
-        "token: per llama_decode call, MatMul and attention time; block: per layer, attention (norm to the\n"
-        "residual ADD closing it), ffn or moe, and the rest outside the layers (view block_times); request: per\n"
-        "request a server served (its batches' sequence ids: llama-server, llama-parallel): prompt and\n"
-        "generated tokens, time to first token, time per output token, operator time by token share; thread: compute vs wait per op type and\n"
-        "thread index (wait needs --level full); expert: MoE activations and reuse distance (--level full);\n"
-        "expert-reuse: decode's reuse-distance histogram over every layer and expert (--level full);\n"
-        "expert-step: the experts each layer used at each decode step (--level full);\n"
-        "expert-call: per call and MoE node, its time and its experts' mean reuse distance (Fig. 13);\n"
-        "matmul: each weight MatMul's median time by M, N, K, H (the KQ/KQV attention MatMuls left out);\n"
-        "gpu: a GPU-API backend's host side (Vulkan): node dispatches per op type, submits, fence waits;\n"
-        "roofline: intensity, achieved vs this machine's roof (--machine, from profinfer bench-machine) and\n"
-        "a verdict per operator: memory-bound, compute-bound or overhead-dominated.");
+    std::string footer;
+    std::vector<std::string> names;
+    for (const auto& v : stat_views()) {
+        footer += std::string(footer.empty() ? "" : ";\n") + v.name + ": " + v.rows;
+        names.push_back(v.name);
+    }
+    cmd->footer(footer + ".");
     cmd->add_option("db", *db, "Trace database")->required();
-    cmd->add_option("--by", *by, "op-type, op, token, block, request, thread, expert, expert-reuse, expert-step, expert-call, matmul, gpu or roofline")
-        ->check(CLI::IsMember({"op-type", "op", "token", "block", "request", "thread", "expert", "expert-reuse", "expert-step", "expert-call", "matmul", "gpu", "roofline"}))
+    cmd->add_option("--by", *by, stat_view_names())
+        ->check(CLI::IsMember(names))
         ->capture_default_str();
     cmd->add_option("--format", *format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
     cmd->add_option("--machine", *machine, "Roofs for --by roofline (profinfer bench-machine -o FILE)")->capture_default_str();

@@ -32,9 +32,7 @@ for study in "$@"; do
     find "$study/points" -maxdepth 1 \( -name '*.db' -o -name '*.db.nodes.csv' \) -exec cp {} "$tmp/$side/$board/$name/points/" \; 2>/dev/null || true
     [[ -f $study/../machine.json ]] && cp "$study/../machine.json" "$tmp/$side/$board/"
     bin=$old; [[ $side == new ]] && bin=$new
-    # The index names each run's DB by its path: the copies are read from their own place.
-    sqlite3 "$tmp/$side/$board/$name/index.db" \
-      "UPDATE runs SET db = '$tmp/$side/$board/$name/points/' || replace(db, rtrim(db, replace(db, '/', '')), '') WHERE db != ''"
+    # Each copy's runs read the trace DBs in its own points/ (store::ExperimentIndex::done_runs).
     quick=(); [[ $(sqlite3 "$study/index.db" "SELECT value FROM experiment WHERE key = 'quick'") == 1 ]] && quick=(--quick)
     "$bin" experiment summarise "$spec" -o "$tmp/$side/$board/$name" "${quick[@]}" >"$tmp/$side.out" 2>&1 ||
       { echo "$name: $side binary failed: $(tail -3 "$tmp/$side.out")" >&2; exit 2; }

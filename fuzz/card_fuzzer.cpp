@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 #include "profinfer/perf_models.h"
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/error.h"
 #include "profinfer/regression.h"
 

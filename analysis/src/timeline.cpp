@@ -123,25 +123,23 @@ std::string sched_states_sql(int64_t pid) {
 
 }  // namespace
 
-int64_t write_timeline(store::Database& db, std::ostream& out) {
-    auto meta = db.meta();
-    const int64_t pid = meta.has(store::MetaKey::Pid) ? meta.integer(store::MetaKey::Pid) : 0;
-    const std::string p = std::to_string(pid);
-    const int64_t t0 = db.scalar(
-        "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "
-        "UNION ALL SELECT min(ts_ns) FROM sched_switch)");
-    Writer w(out, t0);
+namespace {
 
-    // Track names first: every thread that ran a call, a graph or a node, and a
-    // scheduler track for each thread the scheduler events name.
-    w.metadata(pid, 0, "process_name", {{"name", basename_of(meta[store::MetaKey::Command]) + " (pid " + p + ")"}});
+using Sources = std::vector<std::unique_ptr<Source>>;
+
+// The names the scheduler events give the target's threads (the last one each had).
+std::map<int64_t, std::string> thread_comms(store::Database& db, const std::string& p) {
     std::map<int64_t, std::string> comm;
-    {
-        store::Statement st(db.handle(), ("SELECT tid, comm FROM (SELECT ts_ns, prev_tid AS tid, prev_comm AS comm FROM "
-                                          "sched_switch WHERE prev_tgid = " + p + " UNION ALL SELECT ts_ns, next_tid, next_comm "
-                                          "FROM sched_switch WHERE next_tgid = " + p + ") ORDER BY ts_ns").c_str());
-        while (st.step()) comm[st.column_int(0)] = st.column_text(1);
-    }
+    store::Statement st(db.handle(), ("SELECT tid, comm FROM (SELECT ts_ns, prev_tid AS tid, prev_comm AS comm FROM "
+                                      "sched_switch WHERE prev_tgid = " + p + " UNION ALL SELECT ts_ns, next_tid, next_comm "
+                                      "FROM sched_switch WHERE next_tgid = " + p + ") ORDER BY ts_ns").c_str());
+    while (st.step()) comm[st.column_int(0)] = st.column_text(1);
+    return comm;
+}
+
+// Track names first: every thread that ran a call, a graph or a node, a scheduler track for
+// each thread the scheduler events name, and a track per sequence a server's requests used.
+void name_tracks(store::Database& db, Writer& w, int64_t pid, std::map<int64_t, std::string>& comm) {
     std::set<int64_t> threads;
     {
         store::Statement st(db.handle(), "SELECT tid FROM calls UNION SELECT tid FROM call_graphs UNION "
@@ -169,21 +167,24 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
         }
     }
 
+}
+
+// Calls, graphs and operators (with their counters), each a source sorted by start.
+void add_compute_sources(store::Database& db, Writer& w, int64_t pid, Sources& sources) {
     const std::vector<std::string> counters = db.counter_names();
     std::string counter_cols;
     for (int c = 0; c < store::kCounterSlots; ++c) counter_cols += ", t.c" + std::to_string(c);
-    std::vector<std::unique_ptr<Source>> sources;
     auto add = [&](const std::string& sql, Source::Make make) {
         sources.push_back(std::make_unique<Source>(db, sql, std::move(make)));
     };
     add("SELECT tid, start_ns, end_ns, n_tokens, phase, ret, call FROM calls ORDER BY start_ns, dur_ns DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, counters](const store::Statement& s) -> std::optional<Pending> {
             return w.slice(pid, s.column_int(0), s.column_text(4) + " (" + std::to_string(s.column_int(3)) + " tokens)",
                            "token", s.column_int(1), s.column_int(2), {{"call", s.column_int(6)}, {"ret", s.column_int(5)}});
         });
     add("SELECT tid, start_ns, end_ns, api, coalesce(backend, ''), n_nodes, graph_seq FROM call_graphs "
         "ORDER BY start_ns, end_ns - start_ns DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, counters](const store::Statement& s) -> std::optional<Pending> {
             const std::string name = s.column_text(3) == "cpu" ? "ggml_graph_compute" : "graph " + s.column_text(4);
             return w.slice(pid, s.column_int(0), name, "graph", s.column_int(1), s.column_int(2),
                            {{"n_nodes", s.column_int(5)}, {"seq", s.column_int(6)}});
@@ -192,7 +193,7 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
     add("SELECT t.tid, t.start_ns, t.compute_end_ns, t.op, t.name, t.ith, t.nth, t.start_cpu, coalesce(f.op, '')" +
             counter_cols + " FROM thread_parts t LEFT JOIN nodes f ON f.graph_seq = t.graph_seq AND f.tensor = t.fused_tensor "
             "ORDER BY t.start_ns, t.compute_end_ns - t.start_ns DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, counters](const store::Statement& s) -> std::optional<Pending> {
             std::string op = s.column_text(3);
             if (!s.column_text(8).empty()) op += "+" + s.column_text(8);
             nlohmann::json args = {{"tensor", s.column_text(4)}, {"ith", s.column_int(5)}, {"nth", s.column_int(6)},
@@ -205,12 +206,20 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
         if (!counters[c].empty())
             add("SELECT start_ns, c" + std::to_string(c) + " FROM thread_parts WHERE ith = 0 AND c" + std::to_string(c) +
                     " IS NOT NULL ORDER BY start_ns",
-                [&, name = counters[c] + " per op (thread 0)"](const store::Statement& s) -> std::optional<Pending> {
+                [&w, pid, name = counters[c] + " per op (thread 0)"](const store::Statement& s) -> std::optional<Pending> {
                     return w.counter(pid, name, s.column_int(0), double(s.column_int(1)));
                 });
+}
+
+// Waits, a GPU backend's host side, requests and the scheduler's states and wake-ups.
+void add_other_sources(store::Database& db, Writer& w, int64_t pid, const std::map<int64_t, std::string>& comm,
+                       Sources& sources) {
+    auto add = [&](const std::string& sql, Source::Make make) {
+        sources.push_back(std::make_unique<Source>(db, sql, std::move(make)));
+    };
     add("SELECT tid, compute_end_ns, end_ns FROM thread_parts WHERE barriers > 0 AND end_ns > compute_end_ns "
         "ORDER BY compute_end_ns, end_ns - compute_end_ns DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             return w.slice(pid, s.column_int(0), "wait", "wait", s.column_int(1), s.column_int(2));
         });
     // A GPU-API backend's host side (gpu_events): each node's dispatch (named by its op and
@@ -218,7 +227,7 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
     add("SELECT e.tid, e.start_ns, e.end_ns, e.kind, coalesce(n.op, ''), coalesce(n.name, ''), e.graph_seq "
         "FROM gpu_events e LEFT JOIN nodes n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor "
         "ORDER BY e.start_ns, e.end_ns - e.start_ns DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             const std::string kind = s.column_text(3);
             const std::string name = kind == "dispatch" ? "dispatch " + s.column_text(4) : kind;
             nlohmann::json args = {{"seq", s.column_int(6)}};
@@ -233,24 +242,42 @@ int64_t write_timeline(store::Database& db, std::ostream& out) {
         "WHERE ttft_ns IS NOT NULL "
         "UNION ALL SELECT seq, start_ns + ttft_ns, start_ns + ttft_ns + decode_ns, request, prompt_tokens, generated, 'decode' "
         "FROM requests WHERE ttft_ns IS NOT NULL AND decode_ns > 0) ORDER BY b, e - b DESC",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             const std::string part = s.column_text(6);
             const std::string name = part == "request" ? "request " + std::to_string(s.column_int(3)) : part;
             return w.slice(pid, kSequenceTrackOffset + s.column_int(0), name, "request", s.column_int(1), s.column_int(2),
                            {{"request", s.column_int(3)}, {"prompt_tokens", s.column_int(4)}, {"generated", s.column_int(5)}});
         });
-    add(sched_states_sql(pid), [&](const store::Statement& s) -> std::optional<Pending> {
+    add(sched_states_sql(pid), [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
         return w.slice(pid, s.column_int(0) + kStateTrackOffset, s.column_text(3), "sched", s.column_int(1), s.column_int(2),
                        {{"cpu", s.column_int(4)}});
     });
     add("SELECT ts_ns, tid, waker_tid, waker_comm, target_cpu FROM sched_wakeup ORDER BY ts_ns",
-        [&](const store::Statement& s) -> std::optional<Pending> {
+        [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             if (!comm.count(s.column_int(1))) return std::nullopt;  // a thread with no scheduler track
             return w.instant(pid, s.column_int(1) + kStateTrackOffset, "wakeup", s.column_int(0),
                              {{"waker", s.column_text(3) + " (" + std::to_string(s.column_int(2)) + ")"},
                               {"cpu", s.column_int(4)}});
         });
 
+}
+
+}  // namespace
+
+int64_t write_timeline(store::Database& db, std::ostream& out) {
+    auto meta = db.meta();
+    const int64_t pid = meta.has(store::MetaKey::Pid) ? meta.integer(store::MetaKey::Pid) : 0;
+    const std::string p = std::to_string(pid);
+    const int64_t t0 = db.scalar(
+        "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "
+        "UNION ALL SELECT min(ts_ns) FROM sched_switch)");
+    Writer w(out, t0);
+    w.metadata(pid, 0, "process_name", {{"name", basename_of(meta[store::MetaKey::Command]) + " (pid " + p + ")"}});
+    std::map<int64_t, std::string> comm = thread_comms(db, p);
+    name_tracks(db, w, pid, comm);
+    Sources sources;
+    add_compute_sources(db, w, pid, sources);
+    add_other_sources(db, w, pid, comm, sources);
     // Merge: earliest first; at equal times the longer slice first, so that viewers nest.
     for (;;) {
         Source* best = nullptr;

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/perf_models.h"
 #include "profinfer/perf_models_reader.hpp"
 #include "profinfer/error.h"

@@ -1,10 +1,13 @@
 // ProfStat tables on a full-level recording of the tiny MoE model.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <tuple>
 
+#include "profinfer/error.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -232,4 +235,33 @@ TEST(Stats, WilsonIntervalContainsItsEstimateAtTheEdges) {
             EXPECT_GE(hi, double(k) / n) << k << "/" << n;
         }
     }
+}
+
+// One list of `stat --by` views: the CLI's option and help are built from it, and
+// docs/cli.md's usage line and table must name every view and no other.
+TEST(Stats, EveryViewInTheDocsAndNoOther) {
+    std::ifstream f(fs::path(PROFINFER_SOURCE_DIR) / "docs" / "cli.md");
+    std::stringstream docs;
+    docs << f.rdbuf();
+    const std::string text = docs.str();
+    const size_t usage = text.find("profinfer stat run.db [--by ");
+    ASSERT_NE(usage, std::string::npos);
+    const size_t open = usage + std::string("profinfer stat run.db [--by ").size();
+    const std::string listed = text.substr(open, text.find(']', open) - open);
+    std::string expected;
+    for (const auto& v : stat_views()) expected += (expected.empty() ? "" : "|") + std::string(v.name);
+    EXPECT_EQ(listed, expected) << "docs/cli.md's stat usage line";
+    const size_t table = text.find("| --by | rows | columns |", usage);
+    ASSERT_NE(table, std::string::npos);
+    std::set<std::string> rows;
+    for (size_t at = text.find("\n| ", table + 1); at != std::string::npos && at < text.find("\n\n", table);
+         at = text.find("\n| ", at + 1)) {
+        const size_t start = at + 3;
+        rows.insert(text.substr(start, text.find(" |", start) - start));
+    }
+    rows.erase("---|---|---");
+    std::set<std::string> views;
+    for (const auto& v : stat_views()) views.insert(v.name);
+    EXPECT_EQ(rows, views) << "docs/cli.md's stat table";
+    EXPECT_THROW(stats_table(*open_trace(moe_recording()), "roofline-not"), Error);
 }

@@ -1,4 +1,5 @@
 #include "profinfer/board.h"
+#include "profinfer/knobs.h"
 
 #include <sys/utsname.h>
 
@@ -127,8 +128,8 @@ nlohmann::json BoardProfile::to_json() const {
 }
 
 fs::path board_profiles_dir() {
-    if (const char* env = std::getenv("PROFINFER_BOARDS")) return env;
-    return PROFINFER_BOARDS_DIR;
+    if (const auto env = knob(Knob::Boards)) return *env;
+    return compiled_in(CompiledIn::BoardsDir);
 }
 
 std::vector<BoardProfile> board_profiles() {

@@ -1,4 +1,5 @@
 #include "profinfer/llama_install.h"
+#include "profinfer/knobs.h"
 
 #include <array>
 #include <cstdio>
@@ -45,7 +46,7 @@ LlamaInstall LlamaInstall::from_manifest(const fs::path& manifest) {
 }
 
 LlamaInstall LlamaInstall::locate(const std::string& flavour, bool build) {
-    return from_manifest(last_output_line({PROFINFER_LLAMA_SCRIPT, build ? "ensure" : "manifest", flavour}));
+    return from_manifest(last_output_line({compiled_in(CompiledIn::LlamaScript), build ? "ensure" : "manifest", flavour}));
 }
 
 }  // namespace profinfer

@@ -1,4 +1,5 @@
 #include "profinfer/table.h"
+#include "profinfer/number_text.h"
 #include "profinfer/text_escape.h"
 
 #include <algorithm>
@@ -62,6 +63,22 @@ std::string Table::to_csv() const {
             }
             o << (c ? "," : "") << s;
         }
+        o << "\n";
+    }
+    return o.str();
+}
+
+std::string Table::to_markdown() const {
+    std::ostringstream o;
+    o << "|";
+    for (const auto& c : columns) o << " " << c << " |";
+    o << "\n|";
+    for (size_t c = 0; c < columns.size(); ++c) o << "---|";
+    o << "\n";
+    for (const auto& r : rows) {
+        o << "|";
+        for (const auto& v : r)
+            o << " " << (v.is_string() ? v.get<std::string>() : v.is_number() ? format_double(v.get<double>()) : "–") << " |";
         o << "\n";
     }
     return o.str();

@@ -91,14 +91,17 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
     std::exit(2);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    if (argc < 2) usage(argv[0]);
-    Peer peer;
+struct Options {
+    const char* model = nullptr;
     int threads = 2, n_gen = 48;
     std::string nodes_csv, dot = "/dev/null", ready, go;
     bool stream = false;
+};
+
+Options parse_options(int argc, char** argv, Peer& peer) {
+    if (argc < 2) usage(argv[0]);
+    Options o;
+    o.model = argv[1];
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -111,40 +114,33 @@ int main(int argc, char** argv) {
             else if (m == "callback") peer.mode = Peer::Callback;
             else if (m == "dump-dot") peer.mode = Peer::DumpDot;
             else usage(argv[0]);
-        } else if (a == "--threads") threads = std::atoi(value().c_str());
-        else if (a == "--tokens") n_gen = std::atoi(value().c_str());
-        else if (a == "--nodes-csv") nodes_csv = value();
-        else if (a == "--dot") dot = value();
-        else if (a == "--stream") stream = true;
-        else if (a == "--ready") ready = value();
-        else if (a == "--go") go = value();
+        } else if (a == "--threads") o.threads = std::atoi(value().c_str());
+        else if (a == "--tokens") o.n_gen = std::atoi(value().c_str());
+        else if (a == "--nodes-csv") o.nodes_csv = value();
+        else if (a == "--dot") o.dot = value();
+        else if (a == "--stream") o.stream = true;
+        else if (a == "--ready") o.ready = value();
+        else if (a == "--go") o.go = value();
         else usage(argv[0]);
     }
-    if (threads < 1 || n_gen < 1 || (stream && peer.mode != Peer::None) || ready.empty() != go.empty() ||
-        (!ready.empty() && !stream))
+    if (o.threads < 1 || o.n_gen < 1 || (o.stream && peer.mode != Peer::None) || o.ready.empty() != o.go.empty() ||
+        (!o.ready.empty() && !o.stream))
         usage(argv[0]);
+    return o;
+}
 
-    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
-    ggml_backend_load_all();
-    llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
-    if (!model) return std::fprintf(stderr, "evalcb_peer: cannot load %s\n", argv[1]), 1;
-    const llama_vocab* vocab = llama_model_get_vocab(model);
-    const int n_vocab = llama_vocab_n_tokens(vocab);
-
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = n_gen + 16;
-    cp.n_batch = cp.n_ubatch = 512;
-    cp.n_threads = cp.n_threads_batch = threads;
-    if (peer.mode != Peer::None) {
-        cp.cb_eval = on_node;
-        cp.cb_eval_user_data = &peer;
+// The model and a context for N decode calls, with the callback when the mode asks for one.
+struct Target {
+    llama_model* model = nullptr;
+    llama_context* ctx = nullptr;
+    int n_vocab = 0;
+    ~Target() {
+        if (ctx) llama_free(ctx);
+        if (model) llama_model_free(model);
     }
-    llama_context* ctx = llama_init_from_model(model, cp);
-    if (!ctx) return std::fprintf(stderr, "evalcb_peer: cannot create a context\n"), 1;
 
-    // As llama-bench's tg test: random tokens, so that no sampling is timed.
-    std::srand(1);
-    auto decode_one = [&]() {
+    // One random token decoded (as llama-bench's tg test: no sampling is timed); its ns.
+    long long decode_one() {
         llama_token tok = std::rand() % n_vocab;
         llama_batch batch = llama_batch_get_one(&tok, 1);
         const long long t0 = now_ns();
@@ -154,76 +150,114 @@ int main(int argc, char** argv) {
         }
         llama_synchronize(ctx);
         return now_ns() - t0;
-    };
-    decode_one();  // warm-up, as llama-bench
-    llama_memory_clear(llama_get_memory(ctx), true);
-    peer.nodes.clear();
-
-    if (stream) {
-        static volatile sig_atomic_t stop = 0;
-        signal(SIGTERM, [](int) { stop = 1; });
-        signal(SIGINT, [](int) { stop = 1; });
-        if (!ready.empty()) {
-            std::FILE* f = std::fopen(ready.c_str(), "w");
-            if (!f) return std::fprintf(stderr, "evalcb_peer: cannot create %s\n", ready.c_str()), 1;
-            std::fclose(f);
-            const timespec ms{0, 1000000};
-            while (!stop && access(go.c_str(), F_OK) != 0) nanosleep(&ms, nullptr);
-        }
-        long long calls = 0;
-        while (!stop) {
-            for (int i = 0; i < n_gen && !stop; ++i, ++calls) {
-                const long long t0 = now_ns();
-                decode_one();
-                std::printf("%lld %lld %lld\n", calls, t0, now_ns());
-                std::fflush(stdout);
-            }
-            llama_memory_clear(llama_get_memory(ctx), true);
-        }
-        llama_free(ctx);
-        llama_model_free(model);
-        return 0;
     }
+    void clear() { llama_memory_clear(llama_get_memory(ctx), true); }
+};
+
+bool load(Target& t, const Options& o, Peer& peer) {
+    llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
+    ggml_backend_load_all();
+    t.model = llama_model_load_from_file(o.model, llama_model_default_params());
+    if (!t.model) return std::fprintf(stderr, "evalcb_peer: cannot load %s\n", o.model), false;
+    t.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(t.model));
+
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = o.n_gen + 16;
+    cp.n_batch = cp.n_ubatch = 512;
+    cp.n_threads = cp.n_threads_batch = o.threads;
+    if (peer.mode != Peer::None) {
+        cp.cb_eval = on_node;
+        cp.cb_eval_user_data = &peer;
+    }
+    t.ctx = llama_init_from_model(t.model, cp);
+    if (!t.ctx) return std::fprintf(stderr, "evalcb_peer: cannot create a context\n"), false;
+    return true;
+}
+
+volatile sig_atomic_t stop = 0;
+
+// --stream: N tokens, the context cleared, N again, until a signal; one line per call.
+int run_stream(Target& t, const Options& o) {
+    signal(SIGTERM, [](int) { stop = 1; });
+    signal(SIGINT, [](int) { stop = 1; });
+    if (!o.ready.empty()) {
+        std::FILE* f = std::fopen(o.ready.c_str(), "w");
+        if (!f) return std::fprintf(stderr, "evalcb_peer: cannot create %s\n", o.ready.c_str()), 1;
+        std::fclose(f);
+        const timespec ms{0, 1000000};
+        while (!stop && access(o.go.c_str(), F_OK) != 0) nanosleep(&ms, nullptr);
+    }
+    long long calls = 0;
+    while (!stop) {
+        for (int i = 0; i < o.n_gen && !stop; ++i, ++calls) {
+            const long long t0 = now_ns();
+            t.decode_one();
+            std::printf("%lld %lld %lld\n", calls, t0, now_ns());
+            std::fflush(stdout);
+        }
+        t.clear();
+    }
+    return 0;
+}
+
+bool write_nodes_csv(const Peer& peer, const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return std::fprintf(stderr, "evalcb_peer: cannot write %s\n", path.c_str()), false;
+    std::fprintf(f, "call,index,name,op,start_ns,end_ns\n");
+    for (const NodeTime& n : peer.nodes)
+        std::fprintf(f, "%d,%d,%s,%s,%lld,%lld\n", n.call, n.index, n.name.c_str(), ggml_op_desc(n.t), n.start_ns,
+                     n.end_ns);
+    std::fclose(f);
+    return true;
+}
+
+// The scheduler's graph of one decode call, rebuilt from its nodes (their sources are
+// reached by ggml_build_forward_expand), then written as llama.cpp's own dump would.
+void dump_dot(const Peer& peer, const std::string& dot, double mean_ms) {
+    const size_t size = 4 * peer.graph_nodes.size() + 64;
+    ggml_init_params ip = {ggml_graph_overhead_custom(size, false) + ggml_tensor_overhead(), nullptr, true};
+    ggml_context* gctx = ggml_init(ip);
+    ggml_cgraph* g = ggml_new_graph_custom(gctx, size, false);
+    for (ggml_tensor* t : peer.graph_nodes) ggml_build_forward_expand(g, t);
+    const long long t0 = now_ns();
+    ggml_graph_dump_dot(g, nullptr, dot.c_str());
+    const double dump_ms = (now_ns() - t0) / 1e6;
+    std::printf(",\"graph_nodes\":%d,\"dump_dot_ms\":%.4f,\"dump_dot_pct_of_decode\":%.3f", ggml_graph_n_nodes(g),
+                dump_ms, 100.0 * dump_ms / mean_ms);
+    ggml_free(gctx);
+}
+
+// N decode calls timed; the JSON line, with the mode's own output.
+int run_timed(Target& t, const Options& o, Peer& peer) {
     long long total_ns = 0;
-    for (peer.call = 0; peer.call < n_gen; ++peer.call) {
+    for (peer.call = 0; peer.call < o.n_gen; ++peer.call) {
         peer.index = 0;
-        peer.collect = peer.call == n_gen / 2;
-        total_ns += decode_one();
+        peer.collect = peer.call == o.n_gen / 2;
+        total_ns += t.decode_one();
     }
-    const double mean_ms = total_ns / 1e6 / n_gen;
+    const double mean_ms = total_ns / 1e6 / o.n_gen;
     std::printf("{\"mode\":\"%s\",\"tokens\":%d,\"threads\":%d,\"decode_tps\":%.4f,\"decode_ms_mean\":%.4f",
-                peer.mode == Peer::None ? "none" : peer.mode == Peer::Callback ? "callback" : "dump-dot", n_gen, threads,
-                n_gen / (total_ns / 1e9), mean_ms);
-
+                peer.mode == Peer::None ? "none" : peer.mode == Peer::Callback ? "callback" : "dump-dot", o.n_gen,
+                o.threads, o.n_gen / (total_ns / 1e9), mean_ms);
     if (peer.mode == Peer::Callback) {
         std::printf(",\"nodes\":%zu", peer.nodes.size());
-        if (!nodes_csv.empty()) {
-            FILE* f = std::fopen(nodes_csv.c_str(), "w");
-            if (!f) return std::fprintf(stderr, "evalcb_peer: cannot write %s\n", nodes_csv.c_str()), 1;
-            std::fprintf(f, "call,index,name,op,start_ns,end_ns\n");
-            for (const NodeTime& n : peer.nodes)
-                std::fprintf(f, "%d,%d,%s,%s,%lld,%lld\n", n.call, n.index, n.name.c_str(), ggml_op_desc(n.t), n.start_ns,
-                             n.end_ns);
-            std::fclose(f);
-        }
+        if (!o.nodes_csv.empty() && !write_nodes_csv(peer, o.nodes_csv)) return 1;
     }
-    if (peer.mode == Peer::DumpDot) {
-        // The scheduler's graph of one decode call, rebuilt from its nodes (their sources are
-        // reached by ggml_build_forward_expand), then written as llama.cpp's own dump would.
-        const size_t size = 4 * peer.graph_nodes.size() + 64;
-        ggml_init_params ip = {ggml_graph_overhead_custom(size, false) + ggml_tensor_overhead(), nullptr, true};
-        ggml_context* gctx = ggml_init(ip);
-        ggml_cgraph* g = ggml_new_graph_custom(gctx, size, false);
-        for (ggml_tensor* t : peer.graph_nodes) ggml_build_forward_expand(g, t);
-        const long long t0 = now_ns();
-        ggml_graph_dump_dot(g, nullptr, dot.c_str());
-        const double dump_ms = (now_ns() - t0) / 1e6;
-        std::printf(",\"graph_nodes\":%d,\"dump_dot_ms\":%.4f,\"dump_dot_pct_of_decode\":%.3f", ggml_graph_n_nodes(g),
-                    dump_ms, 100.0 * dump_ms / mean_ms);
-        ggml_free(gctx);
-    }
+    if (peer.mode == Peer::DumpDot) dump_dot(peer, o.dot, mean_ms);
     std::printf("}\n");
-    llama_free(ctx);
-    llama_model_free(model);
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Peer peer;
+    const Options o = parse_options(argc, argv, peer);
+    Target t;
+    if (!load(t, o, peer)) return 1;
+    std::srand(1);
+    t.decode_one();  // warm-up, as llama-bench
+    t.clear();
+    peer.nodes.clear();
+    return o.stream ? run_stream(t, o) : run_timed(t, o, peer);
 }

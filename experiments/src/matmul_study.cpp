@@ -59,15 +59,26 @@ std::map<std::vector<std::string>, Group> pooled_over_models(const std::map<std:
 
 }  // namespace
 
-MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                const fs::path& out_dir, const std::string& caption) {
-    MatmulSummary out;
-    std::vector<fs::path>& written = out.files;
+namespace {
+
+using Groups = std::map<std::vector<std::string>, Group>;  // kRowParams values + batch class → shapes
+
+// Every point's weight MatMuls: the rows of matmuls.csv, the shapes of each line, the same per
+// round, and the thread counts.
+struct MatmulShapes {
     Table all;
-    all.columns = kRowParams;
-    std::map<std::vector<std::string>, Group> groups;  // kRowParams values + batch class → shapes
-    std::map<std::vector<std::string>, std::map<int, Group>> by_round;  // the same, one group per round
+    Groups groups;
+    std::map<std::vector<std::string>, std::map<int, Group>> by_round;
     std::set<std::string> threads;
+};
+
+MatmulShapes read_matmul_shapes(const std::vector<StudyPoint>& points) {
+    MatmulShapes out;
+    Table& all = out.all;
+    auto& groups = out.groups;
+    auto& by_round = out.by_round;
+    auto& threads = out.threads;
+    all.columns = kRowParams;
     for (const auto& p : points) {
         store::Database trace(p.db, store::Database::Mode::ReadOnly);
         Table t = stats_table(trace, "matmul");
@@ -101,21 +112,12 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
         }
         threads.insert(p.params.at("threads"));
     }
-    if (all.rows.empty()) throw Error(spec.name + ": no weight MatMul in any point (record with --level op or full)");
-    OutputFile::write(out_dir / "matmuls.csv", all.to_csv());
-    written.push_back(out_dir / "matmuls.csv");
+    return out;
+}
 
-    // Per model, thread count and batch class; pooled over models ("all") to test whether one
-    // line serves every model.
-    auto pooled = pooled_over_models(groups);
-    {
-        std::map<int, std::map<std::vector<std::string>, Group>> rounds;  // round → the groups of its shapes
-        for (const auto& [key, by] : by_round)
-            for (const auto& [round, g] : by) rounds[round][key] = g;
-        for (const auto& [round, groups_of_round] : rounds)
-            for (const auto& [pk, g] : pooled_over_models(groups_of_round)) by_round[pk][round] = g;
-    }
-    // Each line fitted again on each round's shapes alone: the claims' samples.
+// Each line fitted again on each round's shapes alone: the claims' samples.
+std::vector<PointSamples> round_fits(const std::map<std::vector<std::string>, std::map<int, Group>>& by_round) {
+    std::vector<PointSamples> out;
     for (const auto& [key, rounds] : by_round) {
         PointSamples s;
         for (size_t i = 0; i < kRowParams.size(); ++i) s.params[kRowParams[i]] = key[i];
@@ -130,12 +132,16 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
             } catch (const Error&) {
             }
         }
-        if (!s.metrics.empty()) out.fits.push_back(std::move(s));
+        if (!s.metrics.empty()) out.push_back(std::move(s));
     }
+    return out;
+}
+
+// The lines (per model, and pooled over the models) and fit.csv's table of them.
+Table fit_lines(const Groups& groups, const Groups& pooled, std::map<std::vector<std::string>, LinearFit>& lines) {
     Table fits{{"model", "type", "backend", "threads", "batch", "shapes", "intercept_us", "intercept_lo", "intercept_hi",
                 "ns_per_mnkh", "ns_per_mnkh_lo", "ns_per_mnkh_hi", "r2", "max_rel_err_pct"},
                {}};
-    std::map<std::vector<std::string>, LinearFit> lines;
     for (const auto* set : {&groups, &pooled})
         for (const auto& [key, g] : *set) {
             if (g.us.size() < 3) continue;  // two shapes fix a line and leave nothing to test it
@@ -150,30 +156,34 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
                                  f.ci_hi[0], f.coef[1] * 1e3, f.ci_lo[1] * 1e3, f.ci_hi[1] * 1e3, f.r2,
                                  max_rel_err_pct(f, g)});
         }
-    OutputFile::write(out_dir / "fit.csv", fits.to_csv());
-    written.push_back(out_dir / "fit.csv");
-    {
-        std::ostringstream md;
-        md << "# " << spec.title << ": least-squares lines\n\n"
-           << "time (µs) = intercept + slope × M·N·K·H per model, type, backend, thread count and batch (N = 1: "
-              "decode; N > 1: the prompts), fitted for "
-              "relative error (weights 1/time²) over the distinct weight-MatMul shapes of the point; `all` pools "
-              "every model. Intervals: 95 %. Input: matmuls.csv (median time per shape).\n\n"
-           << "| model | type | backend | threads | batch | shapes | intercept µs [95 % CI] | ns per MNKH [95 % CI] | R² | worst error % |\n"
-           << "|---|---|---|---|---|---|---|---|---|---|\n";
-        for (const auto& r : fits.rows)
-            md << "| " << r[0].get<std::string>() << " | " << r[1].get<std::string>() << " | " << r[2].get<std::string>()
-               << " | " << r[3].get<std::string>() << " | " << r[4].get<std::string>()
-               << " | " << r[5] << " | " << format_double(r[6]) << " [" << format_double(r[7]) << ", " << format_double(r[8]) << "] | "
-               << format_double(r[9], "%.4g") << " [" << format_double(r[10], "%.4g") << ", " << format_double(r[11], "%.4g") << "] | " << format_double(r[12], "%.4f")
-               << " | " << format_double(r[13], "%.1f") << " |\n";
-        OutputFile::write(out_dir / "fit.md", md.str());
-        written.push_back(out_dir / "fit.md");
-    }
+    return fits;
+}
 
-    // One log-log figure per thread count: a series per model, and the pooled lines.
+void write_fit_md(const ExperimentSpec& spec, const Table& fits, const fs::path& out_dir) {
+    std::ostringstream md;
+    md << "# " << spec.title << ": least-squares lines\n\n"
+       << "time (µs) = intercept + slope × M·N·K·H per model, type, backend, thread count and batch (N = 1: "
+          "decode; N > 1: the prompts), fitted for "
+          "relative error (weights 1/time²) over the distinct weight-MatMul shapes of the point; `all` pools "
+          "every model. Intervals: 95 %. Input: matmuls.csv (median time per shape).\n\n"
+       << "| model | type | backend | threads | batch | shapes | intercept µs [95 % CI] | ns per MNKH [95 % CI] | R² | worst error % |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : fits.rows)
+        md << "| " << r[0].get<std::string>() << " | " << r[1].get<std::string>() << " | " << r[2].get<std::string>()
+           << " | " << r[3].get<std::string>() << " | " << r[4].get<std::string>()
+           << " | " << r[5] << " | " << format_double(r[6]) << " [" << format_double(r[7]) << ", " << format_double(r[8]) << "] | "
+           << format_double(r[9], "%.4g") << " [" << format_double(r[10], "%.4g") << ", " << format_double(r[11], "%.4g") << "] | " << format_double(r[12], "%.4f")
+           << " | " << format_double(r[13], "%.1f") << " |\n";
+    OutputFile::write(out_dir / "fit.md", md.str());
+}
+
+// One log-log figure per thread count: a series per model, and the pooled lines.
+void draw_matmul_figures(const ExperimentSpec& spec, const MatmulShapes& shapes,
+                         const std::map<std::vector<std::string>, LinearFit>& lines, const fs::path& out_dir,
+                         const std::string& caption, std::vector<fs::path>& written) {
+    const auto& groups = shapes.groups;
     Plotter plot(out_dir);
-    for (const auto& th : threads) {
+    for (const auto& th : shapes.threads) {
         std::map<std::string, std::vector<std::pair<double, double>>> series;
         double lo = INFINITY, hi = 0;
         for (const auto& [key, g] : groups) {
@@ -221,6 +231,36 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
         written.push_back(f.png);
         written.push_back(f.svg);
     }
+}
+
+}  // namespace
+
+MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                const fs::path& out_dir, const std::string& caption) {
+    MatmulSummary out;
+    std::vector<fs::path>& written = out.files;
+    MatmulShapes shapes = read_matmul_shapes(points);
+    if (shapes.all.rows.empty()) throw Error(spec.name + ": no weight MatMul in any point (record with --level op or full)");
+    OutputFile::write(out_dir / "matmuls.csv", shapes.all.to_csv());
+    written.push_back(out_dir / "matmuls.csv");
+    // Per model, thread count and batch class; pooled over models ("all") to test whether one
+    // line serves every model.
+    const Groups pooled = pooled_over_models(shapes.groups);
+    {
+        std::map<int, Groups> rounds;  // round → the groups of its shapes
+        for (const auto& [key, by] : shapes.by_round)
+            for (const auto& [round, g] : by) rounds[round][key] = g;
+        for (const auto& [round, groups_of_round] : rounds)
+            for (const auto& [pk, g] : pooled_over_models(groups_of_round)) shapes.by_round[pk][round] = g;
+    }
+    out.fits = round_fits(shapes.by_round);
+    std::map<std::vector<std::string>, LinearFit> lines;
+    const Table fits = fit_lines(shapes.groups, pooled, lines);
+    OutputFile::write(out_dir / "fit.csv", fits.to_csv());
+    written.push_back(out_dir / "fit.csv");
+    write_fit_md(spec, fits, out_dir);
+    written.push_back(out_dir / "fit.md");
+    draw_matmul_figures(spec, shapes, lines, out_dir, caption, written);
     return out;
 }
 
@@ -230,16 +270,28 @@ MatmulSummary summarise_matmuls(const ExperimentSpec& spec, const std::vector<St
 // (vkperf = on), mean per call. Per side the median over rounds with its interval. Vulkan
 // fuses some MatMuls with the ADD after them (the output projection and the FFN down
 // projection with the residual): those are a row of their own, named by the fusion.
-std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
-                                                const fs::path& out_dir, const std::string& caption) {
-    struct Row {
-        std::set<std::string> names;
-        std::map<int, std::vector<double>> cpu;  // round → the shape's nodes' medians
-        std::map<int, double> vulkan;            // round → mean µs per call
-        std::map<int, std::vector<double>> vulkan_run_cpu;  // round → the shape's nodes the Vulkan run left on its CPU
-    };
-    // (type, m, k, fusion on Vulkan)
-    std::map<std::tuple<std::string, int64_t, int64_t, std::string>, Row> rows;
+namespace {
+
+// One decode weight-MatMul shape of the CPU and Vulkan points.
+struct BackendRow {
+    std::set<std::string> names;
+    std::map<int, std::vector<double>> cpu;  // round → the shape's nodes' medians
+    std::map<int, double> vulkan;            // round → mean µs per call
+    std::map<int, std::vector<double>> vulkan_run_cpu;  // round → the shape's nodes the Vulkan run left on its CPU
+};
+// (type, m, k, fusion on Vulkan) → row
+using BackendRows = std::map<std::tuple<std::string, int64_t, int64_t, std::string>, BackendRow>;
+
+// A shape's bar of the figure.
+struct Bar {
+    std::string label;
+    Interval cpu, vk;
+    bool on_cpu = false;  // the Vulkan run left this shape on its CPU: vk is that time
+};
+
+BackendRows read_backend_rows(const std::vector<StudyPoint>& points) {
+    using Row = BackendRow;
+    BackendRows rows;
     std::map<std::tuple<std::string, int64_t, int64_t>, std::set<std::string>> names;
     // The decode weight MatMuls a trace recorded on the CPU (per shape, per node name).
     auto cpu_matmuls = [&](const StudyPoint& p, auto&& add) {
@@ -274,9 +326,13 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
             if (it != rows.end()) row.cpu = it->second.cpu;
         }
     }
-    Table t{{"type", "m", "k", "names", "vulkan_kernel", "cpu_us", "cpu_lo", "cpu_hi", "cpu_n", "vulkan_us", "vulkan_lo",
-             "vulkan_hi", "vulkan_n", "vulkan_over_cpu", "vulkan_run_cpu_us", "vulkan_run_cpu_n"}};
-    std::ostringstream md;
+    return rows;
+}
+
+// matmul-backends.csv and .md, and the figure's bars.
+std::vector<Bar> backend_tables(const ExperimentSpec& spec, const BackendRows& rows, Table& t, std::ostringstream& md) {
+    t = Table{{"type", "m", "k", "names", "vulkan_kernel", "cpu_us", "cpu_lo", "cpu_hi", "cpu_n", "vulkan_us", "vulkan_lo",
+               "vulkan_hi", "vulkan_n", "vulkan_over_cpu", "vulkan_run_cpu_us", "vulkan_run_cpu_n"}};
     md << "# " << spec.title << ": weight MatMuls of decode per shape, CPU vs Vulkan\n\n"
        << "CPU: each round's trace (median per call of the shape's nodes); Vulkan: ggml-vulkan's own timestamps "
           "(GGML_VK_PERF_LOGGER, mean per call); each the median over rounds with its 95 % interval. Names: the CPU "
@@ -286,11 +342,6 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
           "\"on the CPU\": in the Vulkan run llama.cpp's scheduler left that MatMul on the CPU (ggml-vulkan refused it); "
           "its time there is given instead.\n\n"
        << "| names (CPU graph) | type | m × k | Vulkan kernel | CPU µs | Vulkan µs | Vulkan / CPU |\n|---|---|---|---|---|---|---|\n";
-    struct Bar {
-        std::string label;
-        Interval cpu, vk;
-        bool on_cpu = false;  // the Vulkan run left this shape on its CPU: vk is that time
-    };
     std::vector<Bar> bars;
     auto interval_of = [](const std::map<int, std::vector<double>>& by_round) {
         std::vector<double> v;
@@ -321,12 +372,11 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
                             std::to_string(std::get<1>(key)) + "x" + std::to_string(std::get<2>(key)),
                         ci, on_cpu ? oi : vi, on_cpu});
     }
-    std::vector<fs::path> written;
-    if (bars.empty()) return written;
-    OutputFile::write(out_dir / "matmul-backends.csv", t.to_csv());
-    OutputFile::write(out_dir / "matmul-backends.md", md.str());
-    written.push_back(out_dir / "matmul-backends.csv");
-    written.push_back(out_dir / "matmul-backends.md");
+    return bars;
+}
+
+Figure draw_backend_bars(const ExperimentSpec& spec, const std::vector<Bar>& bars, const fs::path& out_dir,
+                         const std::string& caption) {
     // Bars per shape on a log axis, CPU and Vulkan side by side, intervals as error bars; a
     // shape the Vulkan run left on its CPU drawn grey beside the CPU build's.
     double lo = INFINITY, hi = 0;
@@ -368,6 +418,24 @@ std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, cons
             gp.send1d(err);
         }
     });
+    return f;
+}
+
+}  // namespace
+
+std::vector<fs::path> summarise_matmul_backends(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                                const fs::path& out_dir, const std::string& caption) {
+    const BackendRows rows = read_backend_rows(points);
+    Table t;
+    std::ostringstream md;
+    const std::vector<Bar> bars = backend_tables(spec, rows, t, md);
+    std::vector<fs::path> written;
+    if (bars.empty()) return written;
+    OutputFile::write(out_dir / "matmul-backends.csv", t.to_csv());
+    OutputFile::write(out_dir / "matmul-backends.md", md.str());
+    written.push_back(out_dir / "matmul-backends.csv");
+    written.push_back(out_dir / "matmul-backends.md");
+    const auto f = draw_backend_bars(spec, bars, out_dir, caption);
     written.push_back(f.png);
     written.push_back(f.svg);
     return written;

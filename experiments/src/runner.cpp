@@ -28,8 +28,8 @@
 #include "profinfer/stable_random.h"
 #include "profinfer/subprocess.h"
 #include "profinfer/text_escape.h"
-#include "model_cache.h"
-#include "model_card.h"
+#include "profinfer/model_cache.h"
+#include "profinfer/model_card.h"
 
 namespace fs = std::filesystem;
 
@@ -339,12 +339,11 @@ std::vector<std::string> point_command(const SweepPoint& p, const fs::path& mode
     return argv;
 }
 
-RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
-    const auto points = spec.points(opt.quick);
-    RunReport rep;
-    rep.points = int(points.size());
-    // Refuse (or, quick, skip) what this machine cannot run, before running anything. A
-    // llama.cpp build a backend needs is built (once, into the cache) when first needed.
+namespace {
+
+// What this machine cannot run, per point id (a llama.cpp build a backend needs is built, once,
+// into the cache, when first needed — not on a dry run).
+std::map<std::string, std::string> missing_points(const std::vector<SweepPoint>& points, const RunOptions& opt) {
     std::map<std::string, std::string> missing, by_backend;
     for (const auto& p : points) {
         const std::string what = p.at("backend") + "|" + p.at("hog") + "|" + p.at("tracer") + "|" +
@@ -353,43 +352,129 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
         if (it == by_backend.end()) it = by_backend.emplace(what, missing_for(p, opt, !opt.dry_run)).first;
         if (!it->second.empty()) missing[p.id()] = it->second;
     }
+    return missing;
+}
+
+// --dry-run: what would run, point by point, with what it would need.
+void print_dry_run(const ExperimentSpec& spec, const RunOptions& opt, const std::vector<SweepPoint>& points,
+                   std::map<std::string, std::string>& missing) {
+    std::cout << spec.name << ": " << spec.title << (spec.paper.empty() ? "" : " (" + spec.paper + ")") << "\n"
+              << points.size() << " points × " << (opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick))
+              << " interleaved rounds at --level " << spec.level << (opt.quick ? " (quick)" : "") << " → "
+              << (opt.out_dir / "index.db").string() << "\n";
+    for (const auto& p : points) {
+        std::cout << "  " << p.key();
+        if (missing.count(p.id()))
+            std::cout << "\n    skipped: " << missing[p.id()];
+        else
+            std::cout << "\n    "
+                      << (p.at("program") == "llama-bench"
+                              ? env_prefix(p) + shell_command(on_board(opt, point_command(p, opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, false) : opt.model)))
+                              : "program " + p.at("program"))
+                      << (p.at("tracer") != "level" ? "\n    tracer: " + p.at("tracer") : std::string())
+                      << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
+                      << (point_hog(p).cpu >= 0 ? "\n    beside a CPU hog at nice -10 " + point_hog(p).text()
+                                          : std::string())
+                      << (p.at("mem") != "none" ? "\n    in a memory cgroup limited to " + p.at("mem") +
+                                                      " (record --memory-limit), the model dropped from the page cache first"
+                                                : std::string());
+        std::cout << "\n";
+    }
+}
+
+// The index of a study being run, and what a run writes into it.
+struct RunIndex {
+    store::ExperimentIndex& index;
+    void put(const SweepPoint& p, int round, const std::string& status, const std::string& db, const std::string& command,
+             const std::string& reason, double started, double ended, const std::string& bench) {
+        index.put({p.id(), round, p.key(), nlohmann::json(p.params).dump(), status, db, command, reason, started, ended,
+                   ended - started, bench, std::nullopt});
+    }
+};
+
+int64_t monotonic_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// One run of point P in ROUND into DB (HEAD: its progress line; LEFT: runs left after it, for
+// the ETA): the workload run, beside its hog and bpftrace floor, and its outcome indexed.
+void run_point(const ExperimentSpec& spec, const RunOptions& opt, RunIndex& ix, const SweepPoint& p, int round,
+               const fs::path& db, const std::string& head, int left, RunReport& rep) {
+    store::ExperimentIndex& index = ix.index;
+    const fs::path model = opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, true) : opt.model;
+    for (const char* suffix : {"", "-wal", "-shm", ".nodes.csv"}) fs::remove(db.string() + suffix);  // an interrupted attempt
+    Workload w = workload(spec, opt, p, model, db);
+    w.argv = on_board(opt, w.argv);
+    if (p.at("mem") != "none") drop_from_page_cache(model);  // pages cached earlier are charged to no limit
+    const double mean = index.mean_seconds();
+    std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * left) + ")" : "") << " …\n";
+    const double started = now_s();
+    std::vector<std::pair<std::string, std::string>> env = point_env(p);
+    env.insert(env.end(), w.env.begin(), w.env.end());
+    std::string shown;
+    for (const auto& [k, v] : env) shown += k + "=" + shell_quote(v) + " ";
+    shown += shell_command(on_board(opt, w.program));
+    ix.put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
+    const Hog hog = point_hog(p);
+    const int64_t hog_t0 = monotonic_ns();  // the hog counts its window from its fork
+    const pid_t hog_pid = hog.cpu >= 0 ? start_hog(hog) : -1;
+    ProcessResult r;
+    const double cpu_before = children_cpu_s();
+    double cpu_s = 0;  // the run's, bpftrace beside it included; the hog's not (not yet waited for)
+    try {
+        ScopedEnv scoped(env);
+        std::optional<BpftraceFloor> floor;
+        if (!w.bpftrace.empty()) floor.emplace(w.bpftrace, w.stream);
+        r = run_process(w.argv);
+        if (floor) floor->stop();
+        cpu_s = children_cpu_s() - cpu_before;
+    } catch (...) {
+        if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
+        throw;
+    }
+    if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
+    const double ended = now_s();
+    if (hog_pid > 0 && r.status == 0 && w.traced)  // the trace says when the hog ran (Fig. 8)
+        store::note_hog_window(db, {hog_t0 + int64_t(hog.start_s * 1e9),
+                                    hog.stop_s < 0 ? monotonic_ns() : hog_t0 + int64_t(hog.stop_s * 1e9)});
+    if (r.status == 0 && p.at("backend") == "vulkan" && p.at("vkperf") == "on" && w.traced)  // the logger's device times (Fig. 12)
+        OutputFile::write(vulkan_timings_file(db), r.err);
+    if (r.status == 0) {
+        ix.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
+        index.set_cpu(p.id(), round, cpu_s);
+        ++rep.done;
+        std::cerr << "    done in " << duration_text(ended - started) << "\n";
+    } else {
+        std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
+        while (!why.empty() && why.back() == '\n') why.pop_back();
+        if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
+        ix.put(p, round, "failed", w.traced ? db.string() : "", shown, why, started, ended, r.out);
+        ++rep.failed;
+        std::cerr << "    failed: " << why << "\n";
+    }
+}
+
+}  // namespace
+
+RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
+    const auto points = spec.points(opt.quick);
+    RunReport rep;
+    rep.points = int(points.size());
+    // Refuse (or, quick, skip) what this machine cannot run, before running anything.
+    std::map<std::string, std::string> missing = missing_points(points, opt);
     if (!missing.empty() && !opt.quick && !opt.dry_run)
         throw Error(spec.name + ": " + std::to_string(missing.size()) + " of " + std::to_string(points.size()) +
                     " points cannot run here: " + missing.begin()->second + " (--quick skips them)");
     if (opt.dry_run) {
-        std::cout << spec.name << ": " << spec.title << (spec.paper.empty() ? "" : " (" + spec.paper + ")") << "\n"
-                  << points.size() << " points × " << (opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick))
-                  << " interleaved rounds at --level " << spec.level << (opt.quick ? " (quick)" : "") << " → "
-                  << (opt.out_dir / "index.db").string() << "\n";
-        for (const auto& p : points) {
-            std::cout << "  " << p.key();
-            if (missing.count(p.id()))
-                std::cout << "\n    skipped: " << missing[p.id()];
-            else
-                std::cout << "\n    "
-                          << (p.at("program") == "llama-bench"
-                                  ? env_prefix(p) + shell_command(on_board(opt, point_command(p, opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, false) : opt.model)))
-                                  : "program " + p.at("program"))
-                          << (p.at("tracer") != "level" ? "\n    tracer: " + p.at("tracer") : std::string())
-                          << (spec.level == "full" && !opt.counters.empty() ? "\n    counters: " + opt.counters : std::string())
-                          << (point_hog(p).cpu >= 0 ? "\n    beside a CPU hog at nice -10 " + point_hog(p).text()
-                                              : std::string())
-                          << (p.at("mem") != "none" ? "\n    in a memory cgroup limited to " + p.at("mem") +
-                                                          " (record --memory-limit), the model dropped from the page cache first"
-                                                    : std::string());
-            std::cout << "\n";
-        }
+        print_dry_run(spec, opt, points, missing);
         return rep;
     }
     fs::create_directories(opt.out_dir / "points");
     FolderLock lock(opt.out_dir);
     store::ExperimentIndex index(opt.out_dir / "index.db", store::ExperimentIndex::Mode::Write);
-    auto put = [&](const SweepPoint& p, int round, const std::string& status, const std::string& db,
-                   const std::string& command, const std::string& reason, double started, double ended,
-                   const std::string& bench) {
-        index.put({p.id(), round, p.key(), nlohmann::json(p.params).dump(), status, db, command, reason, started, ended,
-                   ended - started, bench, std::nullopt});
-    };
+    RunIndex ix{index};
     const int rounds = opt.rounds > 0 ? opt.rounds : spec.rounds_for(opt.quick);
     rep.rounds = rounds;
     auto db_of = [&](const SweepPoint& p, int round) {
@@ -433,69 +518,14 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                 continue;
             }
             if (auto it = missing.find(p.id()); it != missing.end()) {
-                put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
+                ix.put(p, round, "skipped", "", "", it->second, now_s(), now_s(), "");
                 if (round == 1) std::cerr << head << ": skipped: " << it->second << "\n";
                 ++rep.skipped;
                 --left;
                 continue;
             }
-            const fs::path model = opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, true) : opt.model;
-            for (const char* suffix : {"", "-wal", "-shm", ".nodes.csv"}) fs::remove(db.string() + suffix);  // an interrupted attempt
-            Workload w = workload(spec, opt, p, model, db);
-            w.argv = on_board(opt, w.argv);
-            if (p.at("mem") != "none") drop_from_page_cache(model);  // pages cached earlier are charged to no limit
-            const double mean = index.mean_seconds();
-            std::cerr << head << (mean > 0 ? " (ETA " + duration_text(mean * left) + ")" : "") << " …\n";
+            run_point(spec, opt, ix, p, round, db, head, left, rep);
             --left;
-            const double started = now_s();
-            std::vector<std::pair<std::string, std::string>> env = point_env(p);
-            env.insert(env.end(), w.env.begin(), w.env.end());
-            std::string shown;
-            for (const auto& [k, v] : env) shown += k + "=" + shell_quote(v) + " ";
-            shown += shell_command(on_board(opt, w.program));
-            put(p, round, "running", w.traced ? db.string() : "", shown, "", started, started, "");
-            const Hog hog = point_hog(p);
-            auto monotonic_ns = [] {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-            };
-            const int64_t hog_t0 = monotonic_ns();  // the hog counts its window from its fork
-            const pid_t hog_pid = hog.cpu >= 0 ? start_hog(hog) : -1;
-            ProcessResult r;
-            const double cpu_before = children_cpu_s();
-            double cpu_s = 0;  // the run's, bpftrace beside it included; the hog's not (not yet waited for)
-            try {
-                ScopedEnv scoped(env);
-                std::optional<BpftraceFloor> floor;
-                if (!w.bpftrace.empty()) floor.emplace(w.bpftrace, w.stream);
-                r = run_process(w.argv);
-                if (floor) floor->stop();
-                cpu_s = children_cpu_s() - cpu_before;
-            } catch (...) {
-                if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
-                throw;
-            }
-            if (hog_pid > 0) kill(hog_pid, SIGKILL), waitpid(hog_pid, nullptr, 0);
-            const double ended = now_s();
-            if (hog_pid > 0 && r.status == 0 && w.traced)  // the trace says when the hog ran (Fig. 8)
-                store::note_hog_window(db, {hog_t0 + int64_t(hog.start_s * 1e9),
-                                            hog.stop_s < 0 ? monotonic_ns() : hog_t0 + int64_t(hog.stop_s * 1e9)});
-            if (r.status == 0 && p.at("backend") == "vulkan" && p.at("vkperf") == "on" && w.traced)  // the logger's device times (Fig. 12)
-                OutputFile::write(vulkan_timings_file(db), r.err);
-            if (r.status == 0) {
-                put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
-                index.set_cpu(p.id(), round, cpu_s);
-                ++rep.done;
-                std::cerr << "    done in " << duration_text(ended - started) << "\n";
-            } else {
-                std::string why = r.err.empty() ? "exit status " + std::to_string(r.status) : r.err;
-                while (!why.empty() && why.back() == '\n') why.pop_back();
-                if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);  // the last line says it
-                put(p, round, "failed", w.traced ? db.string() : "", shown, why, started, ended, r.out);
-                ++rep.failed;
-                std::cerr << "    failed: " << why << "\n";
-            }
         }
     }
     return rep;

@@ -12,7 +12,7 @@
 #include "profinfer/experiment_spec.h"
 #include "profinfer/figures.h"
 #include "profinfer/stable_random.h"
-#include "moe_routing.h"
+#include "profinfer/moe_routing.h"
 
 namespace profinfer {
 

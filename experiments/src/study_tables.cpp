@@ -235,14 +235,15 @@ void write_table_md(const Study& s, const std::vector<ClaimResult>& verdicts, st
     if (!verdicts.empty()) {
         md << "\n## Verdicts\n\nEach claim as a comparison over the rounds: the median of each round's ratio a / b (or a's "
               "median against a value) with its 95 % bootstrap interval; reproduced or not reproduced only when "
-              "the interval excludes no effect.\n\n| claim | test | group | estimate [95 % interval] | n | verdict |\n"
-              "|---|---|---|---|---|---|\n";
+              "the interval excludes no effect.\n\n";
+        Table t{{"claim", "test", "group", "estimate [95 % interval]", "n", "verdict"}, {}};
         for (const auto& r : verdicts) {
             const Claim& c = *r.claim;
-            md << "| " << c.says << " | " << c.compared() + " " + c.expectation() << " | " << (r.group.empty() ? "–" : r.group)
-               << " | " << with_interval(r.estimate) << " | " << r.estimate.n << " | **" << to_string(r.verdict) << "**"
-               << (r.reason.empty() ? "" : ": " + r.reason) << " |\n";
+            t.rows.push_back({c.says, c.compared() + " " + c.expectation(), r.group.empty() ? "–" : r.group,
+                              with_interval(r.estimate), std::to_string(r.estimate.n),
+                              "**" + std::string(to_string(r.verdict)) + "**" + (r.reason.empty() ? "" : ": " + r.reason)});
         }
+        md << t.to_markdown();
     }
     md << "\n## Points\n\n| ";
     for (const auto& c : s.varying) md << c << " | ";

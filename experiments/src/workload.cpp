@@ -9,10 +9,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment_runner.h"
+#include "profinfer/knobs.h"
 #include "profinfer/llama_install.h"
 #include "profinfer/subprocess.h"
 
@@ -22,7 +24,7 @@ namespace profinfer {
 
 namespace {
 
-// Windows of the paired runs (PROFINFER_ALTERNATE): recorded against trap-only windows of
+// Windows of the paired runs (record --alternate): recorded against trap-only windows of
 // 8 calls; against windows with the probes out, 32 (a switch and its aftermath take ~25).
 constexpr int kPairedWindow = 8, kDetachWindow = 32;
 // Requests per run of the program server, whatever the clients: the same work at every point.
@@ -103,6 +105,122 @@ bool is_traced(const SweepPoint& p) {
              tracer == "bpftrace" || tracer == "bpftrace-stream");
 }
 
+namespace {
+
+// What a tracer records with: the level and the record options it adds (the tracers' one
+// vocabulary: a level itself, budget-P, the ablations and paired measures of the overhead
+// studies, full-exact). LEVEL for tracer "level" is the spec's.
+struct Recording {
+    std::string level;
+    std::vector<std::string> args;
+};
+Recording recording_of(const std::string& tracer, const std::string& spec_level) {
+    if (tracer == "level") return {spec_level, {}};
+    if (tracer == "full-exact") return {"full", {"--wait", "exact"}};
+    if (tracer.rfind("budget-", 0) == 0) return {"op", {"--budget", tracer.substr(7)}};
+    // The consumer's SQLite work held until the target has stopped.
+    if (tracer == "op-defer") return {"op", {"--defer-mb", "512"}};
+    // The decomposition of op's cost: probes that trap and return, or do all but send.
+    if (tracer == "op-trap" || tracer == "op-nosend") return {"op", {"--ablate", tracer == "op-trap" ? "trap" : "send"}};
+    // Recorded at token level with no probe in the target: the cost of being recorded.
+    if (tracer == "noprobe" || tracer == "noprobe-apart") return {"token", {"--ablate", "attach"}};
+    if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired") {
+        const bool detach = tracer.find("detach") != std::string::npos;
+        Recording r{tracer.rfind("full", 0) == 0 ? "full" : "op",
+                    {"--alternate", detach ? std::to_string(kDetachWindow) + ":detach" : std::to_string(kPairedWindow)}};
+        if (tracer.rfind("trap", 0) == 0) r.args.insert(r.args.end(), {"--ablate", "trap"});
+        return r;
+    }
+    return {tracer, {}};
+}
+
+std::vector<std::string> evalcb_program(const SweepPoint& p, const fs::path& model, const fs::path& db, Workload& w) {
+    const std::string& tracer = p.at("tracer");
+    if (tracer != "none" && tracer != "evalcb" && tracer != "dump-dot" && tracer != "op")
+        throw Error("program evalcb runs under tracer none, evalcb, dump-dot or op, not " + tracer);
+    const std::string mode = tracer == "evalcb" ? "callback" : tracer == "dump-dot" ? "dump-dot" : "none";
+    std::vector<std::string> program = {evalcb_peer().string(), model.string(), "--threads", p.at("threads"), "--tokens",
+                                        p.at("gen"), "--mode", mode};
+    if (tracer == "evalcb") {
+        w.nodes_csv = db.string() + ".nodes.csv";  // the callback's node times, for fidelity
+        program.insert(program.end(), {"--nodes-csv", w.nodes_csv.string()});
+    }
+    return program;
+}
+
+std::vector<std::string> ort_program(const ExperimentSpec& spec, const SweepPoint& p, Workload& w) {
+    const std::string& tracer = p.at("tracer");
+    if (tracer != "none" && tracer != "ort-profile")
+        throw Error("program ort runs under tracer none or ort-profile, not " + tracer);
+    const std::string scripts = std::string(compiled_in(CompiledIn::SourceDir)) + "/scripts/ort.sh";
+    // At the scale of the study's GGUF models: the card's tiny variant on a board whose
+    // profile runs tiny ones (a 1B model under an emulator takes 10 minutes a run).
+    std::vector<std::string> make = {scripts, "model", std::string(compiled_in(CompiledIn::SourceDir)) + "/models/cards/" + p.at("model") + ".toml"};
+    if (spec.scale == "tiny") make.push_back("tiny");
+    const std::string onnx = last_output_line(make);
+    w.env.push_back({"NODE_PATH", last_output_line({scripts, "node-path"})});
+    std::vector<std::string> program = {"node", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/ort_peer.js", onnx,
+                                        "--threads", p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
+    if (tracer == "ort-profile") program.push_back("--profile");
+    return program;
+}
+
+std::vector<std::string> server_program(const SweepPoint& p, const fs::path& model) {
+    const std::string& tracer = p.at("tracer");
+    if (tracer != "none" && tracer != "level" && tracer != "token" && tracer != "graph" && tracer != "op" && tracer != "full")
+        throw Error("program server runs under tracer none or a level (token, graph, op, full), not " + tracer);
+    // llama-server under a bounded load of CLIENTS concurrent clients: the peer starts it,
+    // loads it and stops it; a recording follows the launched tree to the server.
+    return {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/serve_peer.py",
+            LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
+            p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
+}
+
+// One long-running target, windows with a recorder attached and without, in the same
+// process: the peer attaches `profinfer record --pid` itself (no DB kept).
+std::vector<std::string> attach_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
+    const std::string& tracer = p.at("tracer");
+    if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op-sampled" && tracer != "op" &&
+        tracer != "full" && tracer != "bpftrace")
+        throw Error("program attach runs under tracer none (the A/A control), a level (token, graph, op-sampled, op, full) or "
+                    "bpftrace (the count-only floor on the operator hooks), not " + tracer);
+    std::vector<std::string> program = {
+        "python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/attach_peer.py", evalcb_peer().string(),
+        model.string(), "--level", tracer, "--profinfer", opt.profinfer.string(), "--board", opt.board, "--threads",
+        p.at("threads"), "--tokens", p.at("gen"), "--window", std::to_string(kAttachWindow), "--pairs",
+        std::to_string(kAttachPairs)};
+    if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
+    return program;
+}
+
+// Two single-thread streaming decodes at once, one per CPU, the traced one under `profinfer
+// record` on its own copy of the libraries: the peer measures both over common windows,
+// swapping their CPUs between windows (no DB kept). none: the A/A duet; bpftrace: the floor
+// on the copy.
+std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
+    const std::string& tracer = p.at("tracer");
+    if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
+    static const std::set<std::string> kTracers = {"none", "bpftrace", "token", "graph", "op-sampled", "op", "full",
+                                                   "op-trap", "op-nosend", "op-defer", "noprobe", "noprobe-apart"};
+    if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
+        throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
+                    "budget-P, op-trap, op-nosend, op-defer, noprobe, noprobe-apart or bpftrace (the floor), not " + tracer);
+    std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
+                                        evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),
+                                        "--board", opt.board, "--tokens", p.at("gen")};
+    const Recording r = recording_of(tracer, "");
+    for (const auto& a : r.args) program.push_back("--record-arg=" + a);
+    // apart: profinfer's own threads on the untraced side's CPU.
+    if (tracer == "noprobe-apart") program.push_back("--recorder-apart");
+    program.insert(program.end(), {"--level", r.level});
+    if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
+    return program;
+}
+
+}  // namespace
+
+fs::path evalcb_peer() { return PROFINFER_EVALCB_PEER; }
+
 Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p, const fs::path& model,
                   const fs::path& db) {
     Workload w;
@@ -113,81 +231,14 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
             throw Error("tracer " + tracer + " belongs to another program than llama-bench");
         w.program = point_command(p, model);
     } else if (program == "evalcb") {
-        if (tracer != "none" && tracer != "evalcb" && tracer != "dump-dot" && tracer != "op")
-            throw Error("program evalcb runs under tracer none, evalcb, dump-dot or op, not " + tracer);
-        const std::string mode = tracer == "evalcb" ? "callback" : tracer == "dump-dot" ? "dump-dot" : "none";
-        w.program = {PROFINFER_EVALCB_PEER, model.string(), "--threads", p.at("threads"), "--tokens", p.at("gen"),
-                     "--mode", mode};
-        if (tracer == "evalcb") {
-            w.nodes_csv = db.string() + ".nodes.csv";  // the callback's node times, for fidelity
-            w.program.insert(w.program.end(), {"--nodes-csv", w.nodes_csv.string()});
-        }
+        w.program = evalcb_program(p, model, db, w);
     } else if (program == "ort") {
-        if (tracer != "none" && tracer != "ort-profile")
-            throw Error("program ort runs under tracer none or ort-profile, not " + tracer);
-        const std::string scripts = std::string(PROFINFER_SOURCE_DIR) + "/scripts/ort.sh";
-        // At the scale of the study's GGUF models: the card's tiny variant on a board whose
-        // profile runs tiny ones (a 1B model under an emulator takes 10 minutes a run).
-        std::vector<std::string> make = {scripts, "model", std::string(PROFINFER_SOURCE_DIR) + "/models/cards/" + p.at("model") + ".toml"};
-        if (spec.scale == "tiny") make.push_back("tiny");
-        const std::string onnx = last_output_line(make);
-        w.env.push_back({"NODE_PATH", last_output_line({scripts, "node-path"})});
-        w.program = {"node", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/ort_peer.js", onnx, "--threads",
-                     p.at("threads"), "--prompt", p.at("prompt"), "--tokens", p.at("gen")};
-        if (tracer == "ort-profile") w.program.push_back("--profile");
+        w.program = ort_program(spec, p, w);
     } else if (program == "server") {
-        if (tracer != "none" && tracer != "level" && tracer != "token" && tracer != "graph" && tracer != "op" &&
-            tracer != "full")
-            throw Error("program server runs under tracer none or a level (token, graph, op, full), not " + tracer);
-        // llama-server under a bounded load of CLIENTS concurrent clients: the peer starts it,
-        // loads it and stops it; a recording follows the launched tree to the server.
-        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/serve_peer.py",
-                     LlamaInstall::locate("debug", false).program("llama-server").string(), model.string(), "--threads",
-                     p.at("threads"), "--clients", p.at("clients"), "--requests", std::to_string(kServeRequests)};
-    } else if (program == "attach") {
-        if (tracer != "none" && tracer != "token" && tracer != "graph" && tracer != "op-sampled" && tracer != "op" &&
-            tracer != "full" && tracer != "bpftrace")
-            throw Error("program attach runs under tracer none (the A/A control), a level (token, graph, op-sampled, op, full) or "
-                        "bpftrace (the count-only floor on the operator hooks), not " + tracer);
-        // One long-running target, windows with a recorder attached and without, in the same
-        // process: the peer attaches `profinfer record --pid` itself (no DB kept).
-        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/attach_peer.py",
-                     PROFINFER_EVALCB_PEER, model.string(), "--level", tracer, "--profinfer", opt.profinfer.string(),
-                     "--board", opt.board, "--threads", p.at("threads"), "--tokens", p.at("gen"), "--window",
-                     std::to_string(kAttachWindow), "--pairs", std::to_string(kAttachPairs)};
-        if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
-        w.argv = w.program;
-        return w;
-    } else if (program == "duet") {
-        if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
-        // Two single-thread streaming decodes at once, one per CPU, the traced one under
-        // `profinfer record` on its own copy of the libraries: the peer measures both over
-        // common windows, swapping their CPUs between windows (no DB kept). none: the A/A
-        // duet; bpftrace: the floor on the copy.
-        w.program = {"python3", std::string(PROFINFER_SOURCE_DIR) + "/experiments/peers/duet_peer.py",
-                     PROFINFER_EVALCB_PEER, model.string(), "--profinfer", opt.profinfer.string(),
-                     "--board", opt.board, "--tokens", p.at("gen")};
-        std::string level = tracer;
-        if (tracer.rfind("budget-", 0) == 0)
-            level = "op", w.program.insert(w.program.end(), {"--record-arg=--budget", "--record-arg=" + tracer.substr(7)});
-        else if (tracer == "op-defer")  // the consumer's SQLite work held until the target has stopped
-            level = "op", w.program.insert(w.program.end(), {"--record-arg=--defer-mb", "--record-arg=512"});
-        else if (tracer == "op-trap" || tracer == "op-nosend")
-            // The decomposition of op's cost: probes that trap and return, or do all but send.
-            level = "op", w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
-        else if (tracer == "noprobe" || tracer == "noprobe-apart") {
-            // Recorded at token level with no probe in the target: the cost of being recorded
-            // (apart: profinfer's own threads on the untraced side's CPU).
-            level = "token", w.env.push_back({"PROFINFER_ABLATE", "attach"});
-            if (tracer == "noprobe-apart") w.program.push_back("--recorder-apart");
-        }
-        else if (tracer != "none" && tracer != "bpftrace" && tracer != "token" && tracer != "graph" &&
-                 tracer != "op-sampled" && tracer != "op" && tracer != "full")
-            throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
-                        "budget-P, op-trap, op-nosend, op-defer, noprobe, noprobe-apart or bpftrace (the floor), not " + tracer);
-        w.program.insert(w.program.end(), {"--level", level});
-        if (tracer == "bpftrace") w.program.insert(w.program.end(), {"--bpftrace", bpftrace_script(p, false)});
-        w.argv = w.program;
+        w.program = server_program(p, model);
+    } else if (program == "attach" || program == "duet") {
+        w.program = program == "attach" ? attach_program(opt, p, model) : duet_program(opt, p, model);
+        w.argv = w.program;  // the peer records (or not) by itself
         return w;
     } else {
         throw Error("program is llama-bench, evalcb, ort, server, attach or duet, not " + program);
@@ -201,26 +252,11 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         w.argv = w.program;
         return w;
     }
-    // Recorded: the level, and what the tracer changes about it.
-    std::string level = tracer == "level" ? spec.level : tracer;
-    std::vector<std::string> extra;
-    if (tracer == "full-exact") level = "full", extra = {"--wait", "exact"};
-    if (tracer == "op-trap" || tracer == "op-nosend") {
-        level = "op";
-        w.env.push_back({"PROFINFER_ABLATE", tracer == "op-trap" ? "trap" : "send"});
-    }
-    if (tracer.rfind("budget-", 0) == 0) level = "op", extra = {"--budget", tracer.substr(7)};
-    if (tracer == "op-defer") level = "op", extra = {"--defer-mb", "512"};
-    if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired") {
-        const bool detach = tracer.find("detach") != std::string::npos;
-        level = tracer.rfind("full", 0) == 0 ? "full" : "op";
-        w.env.push_back({"PROFINFER_ALTERNATE", detach ? std::to_string(kDetachWindow) + ":detach" : std::to_string(kPairedWindow)});
-        if (tracer.rfind("trap", 0) == 0) w.env.push_back({"PROFINFER_ABLATE", "trap"});
-    }
+    const Recording r = recording_of(tracer, spec.level);
     // --stop-with-parent: a run killed mid-point leaves no recording behind it.
-    w.argv = {opt.profinfer.string(), "record", "--stop-with-parent", "--level", level, "--board", opt.board, "-o", db.string()};
-    w.argv.insert(w.argv.end(), extra.begin(), extra.end());
-    if (level == "full" && !opt.counters.empty()) w.argv.insert(w.argv.end(), {"--counters", opt.counters});
+    w.argv = {opt.profinfer.string(), "record", "--stop-with-parent", "--level", r.level, "--board", opt.board, "-o", db.string()};
+    w.argv.insert(w.argv.end(), r.args.begin(), r.args.end());
+    if (r.level == "full" && !opt.counters.empty()) w.argv.insert(w.argv.end(), {"--counters", opt.counters});
     if (!spec.wait.empty() && tracer == "level") w.argv.insert(w.argv.end(), {"--wait", spec.wait});
     if (p.at("mem") != "none") w.argv.insert(w.argv.end(), {"--memory-limit", p.at("mem")});
     w.argv.push_back("--");

@@ -5,31 +5,25 @@
 #include <map>
 #include <set>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/error.h"
 #include "profinfer/regression.h"
 
 namespace profinfer::fit {
 
-Table fit_decode(FitContext& c, const MatMulGroups& groups) {
-    auto& out = c.out;
-    auto& md = c.md;
-    const fs::path& results_dir = c.results_dir;
-    const fs::path study = results_dir / "matmul-dims";
-    const perf::Models full(out);
+namespace {
 
-    // Decode time per token from hyperparameters: the card's weight MatMuls by the MatMul
-    // model plus the rest (attention, norms, activations, graph overhead) as a line in the
-    // number of layers — against a direct line in the weight bytes a token streams.
-    const Table speeds = read_table(study / "points.csv");  // every parameter of every point
-    const ModelCard::Scale scale = study_scale(study);       // the shapes the points ran
-    struct Measured {
-        std::string model;
-        int layers = 0;
-        double ms = 0, weight_mb = 0;
-        std::vector<perf::MatMulShape> shapes;
-    };
-    std::map<std::tuple<std::string, std::string, int>, std::vector<Measured>> runs;  // backend, type, threads
+// A dense model's measured decode time per token, with what the card says of it.
+struct Measured {
+    std::string model;
+    int layers = 0;
+    double ms = 0, weight_mb = 0;
+    std::vector<perf::MatMulShape> shapes;
+};
+using Runs = std::map<std::tuple<std::string, std::string, int>, std::vector<Measured>>;  // backend, type, threads
+
+Runs read_runs(const Table& speeds, ModelCard::Scale scale) {
+    Runs runs;
     for (const auto& r : speeds.rows) {
         const std::string model = text(r[speeds.column("model")]), type = text(r[speeds.column("type")]);
         const int threads = std::stoi(text(r[speeds.column("threads")]));
@@ -46,6 +40,82 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups) {
         for (const auto& s : m.shapes) m.weight_mb += double(s.m) * double(s.k) * bytes_per_elem(type) * s.per_token / 1e6;
         runs[{text(r[speeds.column("backend")]), type, threads}].push_back(m);
     }
+    return runs;
+}
+
+LinearFit line(const std::vector<std::pair<double, double>>& xy) {
+    Eigen::MatrixXd X(Eigen::Index(xy.size()), 2);
+    Eigen::VectorXd y(Eigen::Index(xy.size()));
+    for (size_t i = 0; i < xy.size(); ++i) X(Eigen::Index(i), 0) = 1, X(Eigen::Index(i), 1) = xy[i].first, y[Eigen::Index(i)] = xy[i].second;
+    return least_squares(X, y, {"intercept", "slope"});
+}
+
+double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? NAN : s / double(v.size());
+}
+
+// A group's models, each predicted by lines fitted on the others (leave-one-model-out):
+// its rows in the table and the Markdown, its errors.
+struct HeldOut {
+    std::vector<double> sum_err, direct_err;
+    nlohmann::json per_model = nlohmann::json::array();
+};
+template <typename MatmulMs>
+HeldOut leave_one_out(FitContext& c, const std::tuple<std::string, std::string, int>& key, const std::vector<Measured>& ms,
+                      const std::vector<Point>& group, const nlohmann::json& entry, MatmulMs matmul_ms, Table& decode_tab) {
+    auto& md = c.md;
+    const auto& [backend, type, threads] = key;
+    HeldOut h;
+    auto& sum_err = h.sum_err;
+    auto& direct_err = h.direct_err;
+    auto& per_model = h.per_model;
+    for (const auto& held : ms) {
+        std::vector<const Point*> train;
+        for (const auto& p : group)
+            if (p.model != held.model) train.push_back(&p);
+        nlohmann::json fold = entry;
+        try {
+            fold["linear"] = linear_json(fit_points(train));
+            std::vector<std::pair<double, double>> rest, direct;
+            for (const auto& o : ms)
+                if (o.model != held.model) {
+                    rest.push_back({double(o.layers), o.ms - matmul_ms(fold, o)});
+                    direct.push_back({o.weight_mb, o.ms});
+                }
+            const LinearFit r = line(rest), d = line(direct);
+            const double sum_ms = matmul_ms(fold, held) + r.coef[0] + r.coef[1] * held.layers;
+            const double direct_ms = d.coef[0] + d.coef[1] * held.weight_mb;
+            const double se = 100 * std::abs(sum_ms - held.ms) / held.ms, de = 100 * std::abs(direct_ms - held.ms) / held.ms;
+            sum_err.push_back(se), direct_err.push_back(de);
+            decode_tab.rows.push_back({backend, type, threads, held.model, 1000 / held.ms, 1000 / sum_ms, se, 1000 / direct_ms, de});
+            per_model.push_back({{"model", held.model}, {"measured_tps", 1000 / held.ms}, {"predicted_tps", 1000 / sum_ms},
+                                 {"abs_err_pct", se}, {"direct_predicted_tps", 1000 / direct_ms}, {"direct_abs_err_pct", de}});
+            md << "| " << type << " | " << threads << " | " << held.model << " | " << format_double(1000 / held.ms) << " | " << format_double(1000 / sum_ms) << " | "
+               << format_double(se, "%.1f") << " | " << format_double(1000 / direct_ms) << " | " << format_double(de, "%.1f") << " |\n";
+        } catch (const Error&) {
+            continue;
+        }
+    }
+    return h;
+}
+
+}  // namespace
+
+Table fit_decode(FitContext& c, const MatMulGroups& groups) {
+    auto& out = c.out;
+    auto& md = c.md;
+    const fs::path& results_dir = c.results_dir;
+    const fs::path study = results_dir / "matmul-dims";
+    const perf::Models full(out);
+
+    // Decode time per token from hyperparameters: the card's weight MatMuls by the MatMul
+    // model plus the rest (attention, norms, activations, graph overhead) as a line in the
+    // number of layers — against a direct line in the weight bytes a token streams.
+    const Table speeds = read_table(study / "points.csv");  // every parameter of every point
+    const ModelCard::Scale scale = study_scale(study);       // the shapes the points ran
+    const Runs runs = read_runs(speeds, scale);
     out["decode"] = nlohmann::json::array();
     md << "\n### Decode time per token from hyperparameters (leave-one-model-out)\n\n"
        << "sum: the card's weight MatMuls by the MatMul model fitted without the model, plus the rest as a + b·layers "
@@ -83,50 +153,14 @@ Table fit_decode(FitContext& c, const MatMulGroups& groups) {
             for (const auto& s : m.shapes) us += perf::Models::evaluate(e, use, s.m, 1, s.k, 1) * s.per_token;
             return us / 1e3;
         };
-        auto line = [](const std::vector<std::pair<double, double>>& xy) {
-            Eigen::MatrixXd X(Eigen::Index(xy.size()), 2);
-            Eigen::VectorXd y(Eigen::Index(xy.size()));
-            for (size_t i = 0; i < xy.size(); ++i) X(Eigen::Index(i), 0) = 1, X(Eigen::Index(i), 1) = xy[i].first, y[Eigen::Index(i)] = xy[i].second;
-            return least_squares(X, y, {"intercept", "slope"});
-        };
-        std::vector<double> sum_err, direct_err;
-        nlohmann::json per_model = nlohmann::json::array();
-        for (const auto& held : ms) {
-            std::vector<const Point*> train;
-            for (const auto& p : groups.at(gk))
-                if (p.model != held.model) train.push_back(&p);
-            nlohmann::json fold = *entry;
-            try {
-                fold["linear"] = linear_json(fit_points(train));
-                std::vector<std::pair<double, double>> rest, direct;
-                for (const auto& o : ms)
-                    if (o.model != held.model) {
-                        rest.push_back({double(o.layers), o.ms - matmul_ms(fold, o)});
-                        direct.push_back({o.weight_mb, o.ms});
-                    }
-                const LinearFit r = line(rest), d = line(direct);
-                const double sum_ms = matmul_ms(fold, held) + r.coef[0] + r.coef[1] * held.layers;
-                const double direct_ms = d.coef[0] + d.coef[1] * held.weight_mb;
-                const double se = 100 * std::abs(sum_ms - held.ms) / held.ms, de = 100 * std::abs(direct_ms - held.ms) / held.ms;
-                sum_err.push_back(se), direct_err.push_back(de);
-                decode_tab.rows.push_back({backend, type, threads, held.model, 1000 / held.ms, 1000 / sum_ms, se, 1000 / direct_ms, de});
-                per_model.push_back({{"model", held.model}, {"measured_tps", 1000 / held.ms}, {"predicted_tps", 1000 / sum_ms},
-                                     {"abs_err_pct", se}, {"direct_predicted_tps", 1000 / direct_ms}, {"direct_abs_err_pct", de}});
-                md << "| " << type << " | " << threads << " | " << held.model << " | " << format_double(1000 / held.ms) << " | " << format_double(1000 / sum_ms) << " | "
-                   << format_double(se, "%.1f") << " | " << format_double(1000 / direct_ms) << " | " << format_double(de, "%.1f") << " |\n";
-            } catch (const Error&) {
-                continue;
-            }
-        }
+        const HeldOut h = leave_one_out(c, key, ms, groups.at(gk), *entry, matmul_ms, decode_tab);
+        const auto& sum_err = h.sum_err;
+        const auto& direct_err = h.direct_err;
+        const auto& per_model = h.per_model;
         // Exported: the rest fitted on every model with the full MatMul model.
         std::vector<std::pair<double, double>> rest;
         for (const auto& o : ms) rest.push_back({double(o.layers), o.ms - matmul_ms(*entry, o)});
         const LinearFit r = line(rest);
-        auto mean = [](const std::vector<double>& v) {
-            double s = 0;
-            for (double x : v) s += x;
-            return v.empty() ? NAN : s / double(v.size());
-        };
         out["decode"].push_back({{"backend", backend},
                                  {"type", type},
                                  {"threads", threads},

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/machine_bench.h"
 #include "profinfer/number_text.h"
 #include "profinfer/perf_models.h"

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/error.h"
 #include "profinfer/regression.h"
 

@@ -1,4 +1,4 @@
-#include "gguf_writer.h"
+#include "profinfer/gguf_writer.h"
 
 #include <cstring>
 

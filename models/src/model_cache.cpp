@@ -1,8 +1,8 @@
-#include "model_cache.h"
+#include "profinfer/model_cache.h"
 
 #include <algorithm>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/cache.h"
 
 namespace profinfer {

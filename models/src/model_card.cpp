@@ -1,4 +1,5 @@
-#include "model_card.h"
+#include "profinfer/model_card.h"
+#include "profinfer/knobs.h"
 
 #include <cstdlib>
 #include <set>
@@ -51,8 +52,8 @@ private:
 }  // namespace
 
 fs::path ModelCard::cards_dir() {
-    if (const char* env = std::getenv("PROFINFER_CARDS")) return env;
-    return PROFINFER_CARDS_DIR;
+    if (const auto env = knob(Knob::Cards)) return *env;
+    return compiled_in(CompiledIn::CardsDir);
 }
 
 ModelCard::Scale ModelCard::parse_scale(const std::string& name) {

@@ -1,4 +1,4 @@
-#include "moe_routing.h"
+#include "profinfer/moe_routing.h"
 
 #include <cmath>
 #include <cstdio>

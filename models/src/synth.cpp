@@ -1,4 +1,4 @@
-#include "synth.h"
+#include "profinfer/synth.h"
 
 #include <fcntl.h>
 #include <unistd.h>

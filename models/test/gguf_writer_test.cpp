@@ -3,9 +3,9 @@
 #include <cstring>
 #include <map>
 
-#include "gguf_writer.h"
+#include "profinfer/gguf_writer.h"
 #include "profinfer/error.h"
-#include "synth.h"
+#include "profinfer/synth.h"
 
 using namespace profinfer;
 using gguf::TensorType;

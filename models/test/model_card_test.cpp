@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "model_card.h"
+#include "profinfer/model_card.h"
 #include "profinfer/error.h"
 #include "test_support.h"
 

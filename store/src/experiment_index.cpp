@@ -129,7 +129,16 @@ std::vector<IndexRun> ExperimentIndex::runs(const char* where) {
     return out;
 }
 
-std::vector<IndexRun> ExperimentIndex::done_runs() { return runs("WHERE status = 'done'"); }
+std::vector<IndexRun> ExperimentIndex::done_runs() {
+    std::vector<IndexRun> out = runs("WHERE status = 'done'");
+    // A study folder copied or moved keeps its traces beside its index: that one is read.
+    for (IndexRun& r : out) {
+        if (r.db.empty()) continue;
+        const std::filesystem::path beside = path_.parent_path() / "points" / std::filesystem::path(r.db).filename();
+        if (std::filesystem::exists(beside)) r.db = beside.string();
+    }
+    return out;
+}
 std::vector<IndexRun> ExperimentIndex::all_runs() { return runs(""); }
 
 std::optional<std::string> ExperimentIndex::first_bench_output() {

@@ -71,8 +71,8 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "major page faults of profinfer's own threads over that time: each a sleep until a page is read in (the "
          "target's libraries' DWARF, read at its loader stops), counted among recorder_wakeups but not a wake-up by an "
          "event"},
-        {K::AlternateCalls, "alternate_calls", "PROFINFER_ALTERNATE: operator probes on and off every N calls"},
-        {K::Ablate, "ablate", "PROFINFER_ABLATE: trap or send (probes that do only part of their work), or attach (no probe in the target)"},
+        {K::AlternateCalls, "alternate_calls", "record --alternate: operator probes on and off every N calls"},
+        {K::Ablate, "ablate", "record --ablate: trap or send (probes that do only part of their work), or attach (no probe in the target)"},
         {K::MemoryLimitBytes, "memory_limit_bytes", "--memory-limit: the target's cgroup memory.max"},
         {K::MemoryCgroup, "memory_cgroup", "the cgroup that held the target, and its version"},
         {K::QosMinTps, "qos_min_tps", "--qos-min-tps"},

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/store.h"
 #include "profinfer/trace_tables.h"
 #include "test_support.h"
@@ -255,4 +256,27 @@ TEST(StoreOwnsTheFormats, NoSqlWritesOrDatabaseOpensOutsideStore) {
     std::string all;
     for (const auto& f : found) all += f + "\n";
     EXPECT_TRUE(found.empty()) << "SQL writes or database opens outside store/:\n" << all;
+}
+
+// A study folder copied elsewhere reads its own traces, not the ones at the paths it was
+// recorded to (which may be gone, or another copy's).
+TEST(ExperimentIndexRuns, ACopiedStudyReadsTheTracesBesideItsIndex) {
+    TempDir d;
+    const fs::path first = d / "first", copy = d / "copy";
+    fs::create_directories(first / "points");
+    fs::create_directories(copy / "points");
+    {
+        store::ExperimentIndex ix(first / "index.db", store::ExperimentIndex::Mode::Write);
+        ix.put({.id = "p", .round = 1, .status = "done", .db = (first / "points" / "p-r1.db").string()});
+        ix.put({.id = "q", .round = 1, .status = "done", .db = (first / "points" / "q-r1.db").string()});
+        ix.put({.id = "u", .round = 1, .status = "done"});  // untraced: no DB
+    }
+    fs::copy_file(first / "index.db", copy / "index.db");
+    std::ofstream(copy / "points" / "p-r1.db") << "x";
+    store::ExperimentIndex ix(copy / "index.db", store::ExperimentIndex::Mode::Read);
+    const auto runs = ix.done_runs();
+    ASSERT_EQ(runs.size(), 3u);
+    EXPECT_EQ(runs[0].db, (copy / "points" / "p-r1.db").string());
+    EXPECT_EQ(runs[1].db, (first / "points" / "q-r1.db").string()) << "no copy beside: the path as recorded";
+    EXPECT_EQ(runs[2].db, "");
 }

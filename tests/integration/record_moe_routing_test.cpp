@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "moe_routing.h"
+#include "profinfer/moe_routing.h"
 #include "test_support.h"
 
 using namespace profinfer;

@@ -186,19 +186,21 @@ TEST(Estimate, PredictsEachLevelFromATraceAndThisMachinesCosts) {
     EXPECT_NE(r.out.find("does not tell its graphs"), std::string::npos) << r.out;
 }
 
-// PROFINFER_ABLATE=attach (the duet's noprobe tracer: what being recorded costs without a
+// --ablate attach (the duet's noprobe tracer: what being recorded costs without a
 // probe): the recording runs as always — the loader watch, the libraries read, every probe
 // attached — but into profinfer itself, so the target never traps and nothing of it is
 // recorded; the same recording without the ablation records its calls and operators.
 TEST(RecordAblations, AttachPutsNoProbeInTheTarget) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
-    auto record = [&](const std::string& name, const std::map<std::string, std::string>& env) {
-        return run({profinfer_bin(), "record", "--level", "op", "-o", d / name, "--", graph_dump_bin().string(),
-                    tiny_model("llama3.2-1b").string(), "Hello world", "4", "1", "--no-callback"},
-                   env);
+    auto record = [&](const std::string& name, const std::vector<std::string>& ablate) {
+        std::vector<std::string> argv{profinfer_bin(), "record", "--level", "op", "-o", d / name};
+        argv.insert(argv.end(), ablate.begin(), ablate.end());
+        argv.insert(argv.end(), {"--", graph_dump_bin().string(), tiny_model("llama3.2-1b").string(), "Hello world", "4",
+                                 "1", "--no-callback"});
+        return run(argv);
     };
-    auto r = record("ablated.db", {{"PROFINFER_ABLATE", "attach"}});
+    auto r = record("ablated.db", {"--ablate", "attach"});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("no probe in the target"), std::string::npos) << r.err;
     store::Database a(d / "ablated.db", store::Database::Mode::ReadOnly);

@@ -3,7 +3,7 @@
 // with profinfer's own node program on it (the very object the recorder loads, attached to
 // this process by uprobe). Needs root (BPF); the consumer is a thread draining the ring buffer.
 //   untraced        the call alone
-//   trap            PROFINFER_ABLATE=trap: the program returns at once (the uprobe's trap)
+//   trap            --ablate trap: the program returns at once (the uprobe's trap)
 //   endbr64-entry   the same with the probe on the function's first instruction, endbr64,
 //                   which the kernel single-steps (x86-64; where the recorder probed before)
 //   worker          the operator level on a worker thread (ith 1): stamp and record the node

@@ -5,7 +5,7 @@
 
 namespace profinfer {
 
-// PROFINFER_ALTERNATE=W:detach (the overhead study's paired measure of a level's whole
+// --alternate W:detach (the overhead study's paired measure of a level's whole
 // cost): the operator probes go in for W traced decode calls, then out for W calls, and so
 // on, so that neighbouring windows of one run compare tracing with not tracing. Switches come
 // as late as the consumer sees the calls; the calls' own flags (ops_untraced) and the switch

@@ -1,4 +1,5 @@
 #include "counters.h"
+#include "profinfer/knobs.h"
 
 #include <linux/perf_event.h>
 #include <perfmon/pfmlib_perf_event.h>
@@ -103,7 +104,7 @@ std::vector<std::string> split_counter_list(const std::string& list) {
 }
 
 PerCpuCounters::PerCpuCounters(const std::vector<std::string>& names, int n_cpus) : n_cpus_(n_cpus) {
-    const bool perf_faults = std::getenv("PROFINFER_PERF_FAULTS") != nullptr;
+    const bool perf_faults = knob(Knob::PerfFaults).has_value();
     for (const auto& n : names) {
         CounterSpec c;
         c.name = n;

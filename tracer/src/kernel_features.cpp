@@ -1,4 +1,5 @@
 #include "kernel_features.h"
+#include "profinfer/knobs.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -42,8 +43,7 @@ bool probe_helper(bpf_func_id id) { return libbpf_probe_bpf_helper(BPF_PROG_TYPE
 }  // namespace
 
 KernelFeatures KernelFeatures::probe() {
-    const char* forced = std::getenv("PROFINFER_KERNEL_FEATURES");
-    const std::string f = forced ? forced : "";
+    const std::string f = knob(Knob::KernelFeatures).value_or("");
     if (f == "old") return KernelFeatures{false, false, false};
     if (!f.empty() && f != "probe")
         throw Error("PROFINFER_KERNEL_FEATURES must be old or probe, not '" + f + "'");

@@ -190,7 +190,7 @@ bpf_link* ProbeAttacher::attach_uprobe(bpf_program* prog, const fs::path& lib, c
                                        uint64_t size, uint32_t reads) {
     if (!ret) offset = entry_probe_offset(lib, offset, size, reads);
     LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret, .func_name = offset ? nullptr : symbol);
-    // PROFINFER_ABLATE=attach: into profinfer itself, which does not map LIB — the kernel
+    // --ablate attach: into profinfer itself, which does not map LIB — the kernel
     // writes no breakpoint into the target, everything else is as recorded (the loader watch
     // stays: the libraries are found, read and stopped for as always).
     const bool ablated = skel_->rodata->ablate == PI_ABLATE_ATTACH && prog != skel_->progs.dl_debug_state;

@@ -155,7 +155,7 @@ private:
     std::unique_ptr<TargetGuardian> guardian_;  // before the database: it removes one never used
     std::unique_ptr<store::Database> db_;
     std::unique_ptr<store::TraceTables> tables_;  // db_'s rows, written only through it
-    std::unique_ptr<OperatorGate> gate_;  // --qos-min-tps, --budget or PROFINFER_ALTERNATE=W:detach
+    std::unique_ptr<OperatorGate> gate_;  // --qos-min-tps, --budget or --alternate W:detach
     BudgetController* budget_ = nullptr;  // gate_, when it is the budget
     std::unique_ptr<MemoryCgroup> cgroup_;  // before child_: removed after the command is gone
     std::unique_ptr<LaunchedProcess> child_;

@@ -28,7 +28,7 @@ namespace profinfer {
 class RecordingSession {
 public:
     // CHILD: the launched command (null when attached to --pid TARGET). GATE: --budget,
-    // --qos-min-tps or PROFINFER_ALTERNATE=W:detach (null: operators on every call);
+    // --qos-min-tps or --alternate W:detach (null: operators on every call);
     // BUDGET: GATE when it is the budget.
     struct Parts {
         const RecordOptions& opts;

@@ -1,4 +1,5 @@
 #include "tracer_program.h"
+#include "profinfer/knobs.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -33,7 +34,7 @@ namespace {
 
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
     if (level == LIBBPF_DEBUG) return 0;
-    if (!std::getenv("PROFINFER_LIBBPF_VERBOSE")) return 0;
+    if (!knob(Knob::LibbpfVerbose)) return 0;
     return vfprintf(stderr, fmt, args);
 }
 
@@ -102,36 +103,37 @@ const CounterSpec* TracerProgram::counter(int slot) const {
 void TracerProgram::read_knobs(bool has_gate) {
     // Threads with a node under way at once (slots are freed when a thread exits): four
     // per CPU is more than ggml starts; fewer buckets make the graph-exit flush cheaper.
-    const char* slots = std::getenv("PROFINFER_THREAD_SLOTS");
+    const auto slots = knob(Knob::ThreadSlots);
     bpf_map__set_max_entries(skel_->maps.thread_states,
-                             slots ? std::max(1, std::atoi(slots)) : std::max(64, 4 * libbpf_num_possible_cpus()));
-    // PROFINFER_ALTERNATE=W: windows of W calls recorded and W whose node probes trap and
-    // return (the BPF side counts the calls); W:detach: W with the operator probes in and
-    // W with them out (the recorder attaches and detaches them).
-    if (const char* alt = std::getenv("PROFINFER_ALTERNATE")) {
-        const std::string a = alt;
-        const int w = std::atoi(alt);
+                             slots ? std::max(1, std::atoi(slots->c_str())) : std::max(64, 4 * libbpf_num_possible_cpus()));
+    // --alternate W: windows of W calls recorded and W whose node probes trap and return
+    // (the BPF side counts the calls); W:detach: W with the operator probes in and W with
+    // them out (the recorder attaches and detaches them).
+    if (!opts_.alternate.empty()) {
+        const std::string& a = opts_.alternate;
+        const int w = std::atoi(a.c_str());
         const bool detach = a.size() > 7 && a.substr(a.size() - 7) == ":detach";
         if (w <= 0 || (!detach && a != std::to_string(w)))
-            throw Error("PROFINFER_ALTERNATE must be W or W:detach (W calls per window), not '" + a + "'");
-        if (has_gate) throw Error("PROFINFER_ALTERNATE cannot be combined with --budget or --qos-min-tps");
-        if (opts_.level < TraceLevel::Op) throw Error("PROFINFER_ALTERNATE needs --level op or full");
+            throw Error("--alternate must be W or W:detach (W calls per window), not '" + a + "'");
+        if (has_gate) throw Error("--alternate cannot be combined with --budget or --qos-min-tps");
+        if (opts_.level < TraceLevel::Op) throw Error("--alternate needs --level op or full");
         if (detach)
             alternating_gate_ = std::make_unique<AlternatingGate>(w), skel_->rodata->wake_on_token = true;
         else
             skel_->rodata->alternate_calls = uint32_t(w);
         tables_.set_meta(store::MetaKey::AlternateCalls, a);
     }
-    // The overhead study's ablations (experiments/specs/overhead.toml: tracers op-trap, op-nosend): the
-    // operator probes trap and return, or do everything but send. Not a trace.
-    if (const char* ablate = std::getenv("PROFINFER_ABLATE")) {
-        const std::string a = ablate;
+    // The overhead studies' ablations (tracers op-trap, op-nosend, noprobe): the operator
+    // probes trap and return, or do everything but send, or every probe goes into profinfer
+    // itself. Not a trace.
+    if (!opts_.ablate.empty()) {
+        const std::string& a = opts_.ablate;
         if (a != "trap" && a != "send" && a != "attach")
-            throw Error("PROFINFER_ABLATE must be trap, send or attach, not '" + a + "'");
+            throw Error("--ablate must be trap, send or attach, not '" + a + "'");
         skel_->rodata->ablate = a == "trap" ? PI_ABLATE_TRAP : a == "send" ? PI_ABLATE_SEND : PI_ABLATE_ATTACH;
         tables_.set_meta(store::MetaKey::Ablate, a);
         if (!opts_.quiet)
-            std::cerr << "profinfer: PROFINFER_ABLATE=" << a << ": "
+            std::cerr << "profinfer: --ablate " << a << ": "
                       << (a == "trap"   ? "operator records are not made"
                           : a == "send" ? "operator records are not sent"
                                         : "no probe in the target (its uprobes go into profinfer itself)")
@@ -147,7 +149,7 @@ void TracerProgram::load(ProbeAttacher& probes) {
     // the task before. PROFINFER_SCHED_SWITCH=3arg forces that path, =both loads the two
     // (every switch recorded twice), for the test that checks one against the other.
     const bool want_switch = sched || n_active > 0;
-    const std::string forced = std::getenv("PROFINFER_SCHED_SWITCH") ? std::getenv("PROFINFER_SCHED_SWITCH") : "";
+    const std::string forced = knob(Knob::SchedSwitch).value_or("");
     const bool kernel_three = tracepoint_arg_count("sched_switch") == 3;
     const bool three_args = forced.empty() ? kernel_three : forced != "4arg";
     const bool four_args = forced.empty() ? !three_args : forced != "3arg";

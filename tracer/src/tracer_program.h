@@ -26,14 +26,14 @@ class TracerProgram {
 public:
     // Opens the counters (their rows stored) and the skeleton, configured for TARGET.
     // LAUNCHED: a command profinfer starts (its children followed). HAS_GATE: --budget or
-    // --qos-min-tps switches the operator probes (PROFINFER_ALTERNATE is refused with it).
+    // --qos-min-tps switches the operator probes (--alternate is refused with it).
     TracerProgram(const RecordOptions& opts, pid_t target, bool launched, bool has_gate, store::TraceTables& tables);
     ~TracerProgram();
     TracerProgram(const TracerProgram&) = delete;
     TracerProgram& operator=(const TracerProgram&) = delete;
 
     tracer_bpf* skel() const { return skel_; }
-    // PROFINFER_ALTERNATE=W:detach: the gate that attaches and detaches the operator probes
+    // --alternate W:detach: the gate that attaches and detaches the operator probes
     // every W calls (taken once; null otherwise).
     std::unique_ptr<OperatorGate> take_alternating_gate() { return std::move(alternating_gate_); }
     // Loads the programs the options need (PROBES knows which wait method runs), installs

@@ -14,7 +14,18 @@
 
 namespace profinfer {
 
-// BY: op-type, op, token, thread, expert, expert-reuse, expert-step, expert-call, matmul. Throws profinfer::Error for another.
+// The ways `profinfer stat --by` cuts a recording, each with what its rows are: the one list
+// the CLI's option and help follow, and docs/cli.md's table (checked by a test).
+struct StatView {
+    const char* name;
+    const char* rows;
+};
+const std::vector<StatView>& stat_views();
+// Their names, "a, b, c" with LAST_JOINER before the last (", or ", " or ").
+std::string stat_view_names(const char* last_joiner = " or ");
+
+// The table of view BY (every stat_views() name but roofline, which is roofline_table's, for
+// it needs the machine's roofs). Throws profinfer::Error for another.
 Table stats_table(store::Database& db, const std::string& by);
 
 // How a trace splits a thread's part of a node into compute and wait, the one rule every

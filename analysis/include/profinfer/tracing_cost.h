@@ -15,7 +15,7 @@ namespace profinfer {
 // ts_ns) may have slowed: overlapping the switch or the 300 ms after it.
 inline constexpr int64_t kSwitchAftermathNs = 300'000'000;
 
-// A PROFINFER_ALTERNATE run (decode calls alternate between windows whose operators are
+// A --alternate run (decode calls alternate between windows whose operators are
 // recorded and windows that are not): per recorded window, its median decode call against
 // the mean of its two neighbouring windows' medians, minus 1, in %. The first SKIP calls of
 // each window (the switch falls there) and every call a switch may have slowed are left out.

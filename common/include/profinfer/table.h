@@ -15,6 +15,10 @@ struct Table {
 
     std::string to_text() const;  // aligned columns
     std::string to_csv() const;
+    // A Markdown table: the columns as its header, each cell as text (strings as they are,
+    // numbers as format_double prints them, null as "–"). Cells meant for a reader are
+    // strings already (a median with its interval, a bold verdict).
+    std::string to_markdown() const;
     nlohmann::json to_json() const;
     // The table as FORMAT: table (aligned text), csv or json — what --format chooses.
     std::string formatted(const std::string& format) const;  // array of objects keyed by column

@@ -36,6 +36,8 @@ struct RunOptions {
 // INSTALL, the llama.cpp build of its backend is built or unpacked first if missing.
 std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install);
 
+// The eval-callback peer the studies run (experiments/peers/evalcb_peer.cpp), as built.
+std::filesystem::path evalcb_peer();
 // This process's own binary (/proc/self/exe): the profinfer the runner records with.
 std::filesystem::path self_executable();
 

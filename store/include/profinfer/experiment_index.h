@@ -46,7 +46,9 @@ public:
     void set_cpu(const std::string& id, int round, double cpu_s);
     // Mean seconds of the runs done so far (for an ETA); 0 when none.
     double mean_seconds();
-    // The runs done, by round then id.
+    // The runs done, by round then id. A run's trace DB is named by the path it was written
+    // to; where the study's folder holds a file of that name in points/ beside this index
+    // (the folder copied or moved elsewhere), db names that file instead.
     std::vector<IndexRun> done_runs();
     // Every row, as stored (the farm merge).
     std::vector<IndexRun> all_runs();

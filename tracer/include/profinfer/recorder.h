@@ -65,6 +65,12 @@ struct RecordOptions {
     // > 0: keep what the target sends in memory, up to this many MB, and store it only when
     // that fills or the recording ends: SQLite's work off the target's CPUs while it decodes.
     double defer_mb = 0;
+    // Cost measurements, not traces (hidden options, docs/recording.md): `ablate` trap (the
+    // operator probes trap and return), send (they do all but send) or attach (every probe
+    // goes into profinfer itself, none into the target); `alternate` "W" (windows of W calls
+    // recorded and W whose operator probes trap and return) or "W:detach" (the operator
+    // probes in for W calls, out for W). Empty: off.
+    std::string ablate, alternate;
 };
 
 // Records one run into a new trace store. Returns the exit status for the

@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <functional>
 
-#include "gguf_writer.h"
-#include "model_card.h"
-#include "moe_routing.h"
+#include "profinfer/gguf_writer.h"
+#include "profinfer/model_card.h"
+#include "profinfer/moe_routing.h"
 
 namespace profinfer {
 
