@@ -26,10 +26,12 @@ for study in "$@"; do
   for side in old new; do
     mkdir -p "$tmp/$side/$board"
     rm -rf "${tmp:?}/$side/$board/$name"
-    # The index and the points' DBs only: every other file is what a summary writes.
+    # The index and what the points' runs recorded (DBs, the callback's node times, Vulkan
+    # timings): every other file is what a summary writes.
     mkdir -p "$tmp/$side/$board/$name/points"
     cp "$study/index.db" "$tmp/$side/$board/$name/"
-    find "$study/points" -maxdepth 1 \( -name '*.db' -o -name '*.db.nodes.csv' \) -exec cp {} "$tmp/$side/$board/$name/points/" \; 2>/dev/null || true
+    find "$study/points" -maxdepth 1 \( -name '*.db' -o -name '*.db.nodes.csv' -o -name '*.vulkan-timings.txt' \) \
+      -exec cp {} "$tmp/$side/$board/$name/points/" \; 2>/dev/null || true
     [[ -f $study/../machine.json ]] && cp "$study/../machine.json" "$tmp/$side/$board/"
     bin=$old; [[ $side == new ]] && bin=$new
     # Each copy's runs read the trace DBs in its own points/ (store::ExperimentIndex::done_runs).
