@@ -33,8 +33,8 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
         "Model: a probe hit costs the hitting thread the measured hit (trap and handler, after the caches were streamed "
         "through, as between a decode's nodes); token level hits llama_decode's entry and return, graph level each "
         "graph's too, op level every node on every thread (each thread pays its own, in parallel); a CPU-clock sample "
-        "costs the sampled thread the measured sample (op-sampled and full's wait split at record's default "
-        "--sample-hz); the recorder stores every record on the target's CPUs (predicted_slowdown_pct: no CPU spare) or "
+        "costs the sampled thread the measured sample (full's wait split at record's default --sample-hz; op-sampled "
+        "the same where it cannot sample on the kernel's tick, and its record only where it can); the recorder stores every record on the target's CPUs (predicted_slowdown_pct: no CPU spare) or "
         "on another (with_a_spare_cpu_pct). Not counted: scheduler events (full), start-up before the first decode, "
         "--defer-mb (the storing held until the end). docs/recording.md.");
     cmd->callback([&action, trace, seconds, json] {
@@ -45,8 +45,10 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
             std::cerr << "profinfer: measuring this machine's probe and sample costs (" << *seconds << " s)\n";
             const ProbeCosts c = measure_probe_costs(*seconds);
             const RecordOptions defaults;
-            const auto levels = estimate_levels(f, HitCosts{c.trap_ns, c.node_hit_ns, c.sample_ns, c.cold_hit_ns, c.record_ns}, int(defaults.op_sample_hz),
-                                                int(defaults.sample_hz));
+            // op-sampled as record's default takes it: on the kernel's tick where it can.
+            const bool on_tick = c.tick_hz > 0;
+            const auto levels = estimate_levels(f, HitCosts{c.trap_ns, c.node_hit_ns, c.sample_ns, c.cold_hit_ns, c.record_ns},
+                                                on_tick ? c.tick_hz : int(defaults.op_sample_hz), int(defaults.sample_hz), on_tick);
             if (*json) {
                 nlohmann::json j{{"trace", *trace},
                                  {"threads", f.threads},
@@ -58,6 +60,7 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
                                  {"cold_hit_ns", c.cold_hit_ns},
                                  {"sample_ns", c.sample_ns},
                                  {"record_ns", c.record_ns},
+                                 {"op_sampled_on_tick_hz", c.tick_hz},
                                  {"levels", nlohmann::json::array()}};
                 for (const auto& e : levels)
                     j["levels"].push_back({{"level", e.level},

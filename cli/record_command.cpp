@@ -72,7 +72,8 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         ->capture_default_str();
     auto* sample_hz = cmd->add_option("--sample-hz", opts->sample_hz,
                                       "Samples per second and CPU: for --wait sampled (default 250) and for "
-                                      "--level op-sampled (default 250; profinfer estimate measures what a sample costs here)")
+                                      "--level op-sampled (default: the kernel's scheduler tick, HZ a second at no cost of its own; a rate "
+                                      "given here uses a timer of its own, whose cost profinfer estimate measures)")
                           ->check(CLI::Range(1, 20000));
     auto consumer = std::make_shared<std::string>("idle");
     cmd->add_option("--consumer", *consumer,
@@ -112,7 +113,7 @@ void add_record(CLI::App& app, std::function<int()>& action) {
     cmd->positionals_at_end();
     cmd->callback([&action, opts, level, pid, pid_opt, peers, buffer_mb, mb, consumer, wait, memory_limit, sample_hz] {
         const bool pid_given = pid_opt->count() > 0;
-        if (sample_hz->count() > 0) opts->op_sample_hz = opts->sample_hz;
+        if (sample_hz->count() > 0) opts->op_sample_hz = opts->sample_hz, opts->op_sample_on_tick = false;
         if (!memory_limit->empty()) opts->memory_limit = parse_memory_size(*memory_limit);
         opts->idle_consumer = *consumer == "idle";
         opts->wait = parse_wait_method(*wait);

@@ -178,6 +178,7 @@ WorkloadFacts workload_facts(store::Database& db) {
     }
     if (f.level == "op-sampled" || (f.level == "full" && db.meta()[store::MetaKey::WaitMethod] == "sampled"))
         f.sample_hz = double(db.meta().integer(store::MetaKey::SampleHz));
+    f.sampled_on_tick = f.sample_hz > 0 && db.meta()[store::MetaKey::SampleScope] == "tick";
     std::vector<double> ms;
     store::Statement st(db.handle(), "SELECT dur_ns FROM calls WHERE phase = 'decode'");
     while (st.step()) ms.push_back(double(st.column_int(0)) / 1e6);
@@ -187,7 +188,7 @@ WorkloadFacts workload_facts(store::Database& db) {
 }
 
 std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
-                                           int wait_sample_hz) {
+                                           int wait_sample_hz, bool op_on_tick) {
     // Hits on one thread's path per decode call: llama_decode's entry and return on the
     // calling thread; each graph's entry and return (the calling thread); each node's start on
     // every thread (the threads pay in parallel, the graph waits for the slowest at barriers).
@@ -206,7 +207,7 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
     const double own_hits = f.level == "token" ? token_hits
                             : f.level == "graph" || f.level == "op-sampled" ? graph_hits
                                                                             : op_hits;
-    const double own_share = f.sample_hz * c.sample_ns / 1e9;
+    const double own_share = f.sampled_on_tick ? 0 : f.sample_hz * c.sample_ns / 1e9;
     const double untraced_us = std::max(1e-3, (traced_us - hits_us(own_hits)) / (1 + own_share));
     std::vector<LevelEstimate> out;
     for (const auto& [level, hits, hz] : levels) {
@@ -220,7 +221,8 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
         e.records_per_call =
             level == "token" ? 1 : 1 + f.graphs_per_call + (hits - graph_hits + e.samples_per_call) * threads;
         e.recorder_us = e.records_per_call * c.record_ns / 1e3;
-        const double probes_us = hits_us(hits) + e.samples_per_call * c.sample_ns / 1e3;
+        const double sample_ns = level == "op-sampled" && op_on_tick ? 0 : c.sample_ns;  // the tick is paid anyway
+        const double probes_us = hits_us(hits) + e.samples_per_call * sample_ns / 1e3;
         e.added_us = probes_us + e.recorder_us;
         e.slowdown_pct = 100.0 * e.added_us / untraced_us;
         e.spare_cpu_slowdown_pct = 100.0 * probes_us / untraced_us;

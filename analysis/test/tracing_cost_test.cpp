@@ -212,3 +212,27 @@ TEST(EstimateLevels, LevelsTheTraceCannotTellAreLeftOut) {
     const double untraced_us = (10'000 - 6) / (1 + 500 * 2000 / 1e9);
     EXPECT_NEAR(e[3].slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
 }
+
+// op-sampled on the kernel's tick: a sample costs its record, not an interrupt of its own —
+// the probes' part is the graph level's; a trace sampled on the tick is its call untouched
+// by its samples.
+TEST(EstimateLevels, SamplesOnTheTickCostTheirRecordOnly) {
+    const WorkloadFacts f = op_call_of_two_threads();
+    const HitCosts c{500, 300, 2000, 1000, 400};
+    std::map<std::string, LevelEstimate> timer, tick;
+    for (const auto& l : estimate_levels(f, c, 250, 250)) timer[l.level] = l;
+    for (const auto& l : estimate_levels(f, c, 250, 250, true)) tick[l.level] = l;
+    EXPECT_DOUBLE_EQ(tick["op-sampled"].spare_cpu_slowdown_pct, tick["graph"].spare_cpu_slowdown_pct);
+    EXPECT_DOUBLE_EQ(tick["op-sampled"].records_per_call, timer["op-sampled"].records_per_call);
+    EXPECT_LT(tick["op-sampled"].slowdown_pct, timer["op-sampled"].slowdown_pct);
+    EXPECT_DOUBLE_EQ(tick["op"].slowdown_pct, timer["op"].slowdown_pct);  // the other levels as they were
+    WorkloadFacts s = f;
+    s.level = "op-sampled";
+    s.sample_hz = 250;
+    s.sampled_on_tick = true;
+    WorkloadFacts unsampled = s;
+    unsampled.sample_hz = 0;
+    const auto a = estimate_levels(s, c, 250, 250, true), b = estimate_levels(unsampled, c, 250, 250, true);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i].slowdown_pct, b[i].slowdown_pct) << a[i].level;
+}

@@ -48,7 +48,7 @@ const std::vector<MetaKeyInfo>& meta_registry() {
          "emulator): left out of every analysis, never shown as a measurement; empty when all counted"},
         {K::WaitMethod, "wait_method", "--wait: exact, sampled or both"},
         {K::SampleHz, "sample_hz", "the sampling rate of --wait sampled or --level op-sampled (Hz)"},
-        {K::SampleScope, "sample_scope", "what the sampler interrupts: cpu (every CPU, --wait sampled) or target (the target's threads, --level op-sampled)"},
+        {K::SampleScope, "sample_scope", "what the sampler interrupts: cpu (every CPU, --wait sampled), target (the target's threads, --level op-sampled with --sample-hz or where the tick cannot be sampled) or tick (nothing of its own: the kernel's scheduler tick, --level op-sampled's default)"},
         {K::WaitRanges, "wait_ranges", "barrier code ranges the sampler classifies as waiting"},
         {K::SchedSwitchProgram, "sched_switch_program", "the sched_switch handler loaded: 4arg, 3arg or both"},
         {K::KernelFallbacks, "kernel_fallbacks",

@@ -1,10 +1,12 @@
 // --level op-sampled: operator time shares from CPU-clock samples, with no probe on any node.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "kernel_tick.h"
 #include "profinfer/sampled_ops.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
@@ -100,6 +102,52 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         // Rows come largest first: the operator with the most samples is the one with the most time.
         EXPECT_EQ(t.front()["op"], e.front()["op"]);
     }
+}
+
+// By default op-sampled samples on the kernel's tick where the kernel allows it (no timer of its
+// own), and says why not where it does not. On the tick: the trace says so, its rate is the
+// kernel's HZ, every sample lies in a CPU graph of the target, and the samples are about what
+// the tick gives over the graphs' time — not fewer than a quarter (a thread the tick finds in a
+// graph is sampled), not more than twice and a few (a sample of another timer's expiry, or one
+// per expiry on every CPU, would exceed it).
+TEST(RecordOpSampled, OnTheKernelsTickByDefault) {
+    PROFINFER_REQUIRE_BPF();
+    const KernelTick tick = KernelTick::find();
+    std::unique_ptr<TempDir> d;
+    fs::path db_path;
+    double expected = 0;
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        d = std::make_unique<TempDir>();
+        db_path = *d / "tick.db";
+        auto r = run({profinfer_bin(), "record", "-o", db_path, "--level", "op-sampled", "--", graph_dump_bin().string(),
+                      tiny_model("llama3.2-1b").string(), "Hello world", std::to_string(400 * scale), "1",
+                      "--no-callback"});
+        EXPECT_EQ(r.status, 0) << r.err;
+        if (!tick.usable()) {
+            EXPECT_NE(r.err.find("not on the kernel's tick: " + tick.why_not), std::string::npos) << r.err;
+            return "";
+        }
+        EXPECT_EQ(r.err.find("not on the kernel's tick"), std::string::npos) << r.err;
+        store::Database db(db_path, store::Database::Mode::ReadOnly);
+        expected = double(db.scalar("SELECT coalesce(sum(end_ns - start_ns), 0) FROM graphs WHERE api = 'cpu'")) *
+                   tick.hz / 1e9;
+        return expected >= 40 ? "" : "the CPU graphs last " + std::to_string(expected) + " ticks, not 40";
+    });
+    ASSERT_EQ(missing, "");
+    store::Database db(db_path, store::Database::Mode::ReadOnly);
+    if (!tick.usable()) {
+        EXPECT_EQ(db.meta()[store::MetaKey::SampleScope], "target");
+        std::cout << "this kernel's tick cannot be sampled (" << tick.why_not << "): the timer was used, and said so\n";
+        return;
+    }
+    EXPECT_EQ(db.meta()[store::MetaKey::SampleScope], "tick");
+    EXPECT_EQ(db.meta()[store::MetaKey::SampleHz], std::to_string(tick.hz));
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples s WHERE NOT EXISTS (SELECT 1 FROM graphs g WHERE "
+                        "g.seq = s.graph_seq AND g.api = 'cpu' AND s.ts_ns BETWEEN g.start_ns AND g.end_ns)"),
+              0);
+    const double samples = double(db.scalar("SELECT count(*) FROM cpu_samples"));
+    EXPECT_GE(samples, expected / 4) << expected << " ticks' worth of graph time";
+    EXPECT_LE(samples, 2 * expected + 5) << expected << " ticks' worth of graph time";
 }
 
 // Attached to a process already decoding on two threads: the sampler follows the threads it

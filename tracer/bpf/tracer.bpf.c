@@ -49,13 +49,13 @@ const volatile __u32 n_cpus = 1;
 const volatile bool capture_experts = false;
 const volatile bool trace_ops = false; /* operator probes may run (--level op or full) */
 const volatile bool emit_sched = false; /* sched records; sched_switch also runs for counters */
-/* Where an operator-level run's cost goes (PROFINFER_ABLATE, for the overhead study; the
+/* Where an operator-level run's cost goes (record --ablate, hidden, for the overhead study; the
  * trace is incomplete): PI_ABLATE_TRAP, the node probes return at once (the traps alone);
  * PI_ABLATE_SEND, they do all their work but send no op record (no consumer work);
  * PI_ABLATE_ATTACH, the uprobes go into profinfer's own process, not the target's (a
  * recording at any level that never traps: what being recorded costs without a probe). */
 const volatile __u32 ablate = 0;
-/* PROFINFER_ALTERNATE=W (the overhead study's paired measure): the operator probes stay in,
+/* record --alternate W (hidden; the overhead study's paired measure): the operator probes stay in,
  * and llama_decode calls alternate between W whose operators are recorded and W whose are
  * not (the node probes trap and return: PI_TOKEN_OPS_OFF). Neighbouring calls of the same
  * run then compare the operator level's work with the trap alone. 0: off. */

@@ -28,6 +28,10 @@ struct task_struct {
 
 struct bpf_map; /* bpf_for_each_map_elem's callbacks take it */
 
+struct hrtimer { /* tp_btf/hrtimer_expire_entry: which timer expired (the tick's, for op_tick) */
+	void *function;
+};
+
 #if defined(__TARGET_ARCH_x86)
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;

@@ -69,6 +69,20 @@ struct {
 	__type(value, __u64);
 } sample_last SEC(".maps");
 
+/* One sample of a target thread at TS, interrupted at IP: sent when one of the target's CPU
+ * graphs runs (SEQ, read before TS was taken). */
+static __always_inline void send_sample(__u64 pid_tgid, __u64 ts, __u64 ip, __u64 seq)
+{
+	struct pi_sample_event *ev = reserve(PI_EV_SAMPLE, sizeof(*ev));
+	if (!ev)
+		return;
+	fill_header(&ev->h, PI_EV_SAMPLE, sizeof(*ev), pid_tgid);
+	ev->ts_ns = ts;
+	ev->ip = ip;
+	ev->graph_seq = seq;
+	submit(ev);
+}
+
 SEC("perf_event")
 int op_sample(struct bpf_perf_event_data *ctx)
 {
@@ -87,16 +101,41 @@ int op_sample(struct bpf_perf_event_data *ctx)
 		*last = ts;
 	else
 		bpf_map_update_elem(&sample_last, &tid, &ts, BPF_ANY);
+	if (seq)
+		send_sample(pid_tgid, ts, PT_REGS_IP(&ctx->regs), seq);
+	return 0;
+}
+
+/* --level op-sampled on the scheduler tick (the default where the kernel allows it): no timer
+ * of ours. The kernel's tick interrupts every busy CPU HZ times a second anyway (250 on
+ * Debian's kernels): when its hrtimer expires (tick_function: tick_nohz_handler, or
+ * tick_sched_timer before 6.9, from kallsyms; every other timer returns at once) on a CPU
+ * running a thread of the target, that thread is sampled at the user instruction its last
+ * entry into the kernel saved (bpf_task_pt_regs): the instruction the tick interrupted when
+ * it came from user code, or the one that entered the kernel when the tick found the thread
+ * there (a page fault counts for the op that faulted). A perf event's sample is a timer of
+ * its own, each expiry a VM exit in a KVM guest (8-12 µs taken from the sampled thread,
+ * measured); the tick is paid whether we look or not, and this program adds only its own run
+ * to it. (fentry or a kprobe on update_process_times would say whether the tick came from user
+ * code, but kernels without kprobes or trampolines exist: this one; a raw tracepoint runs
+ * everywhere with BTF.) Not where the tick stops on a CPU running one task (nohz_full): user
+ * space falls back to the perf events there. */
+const volatile __u64 tick_function = 0;
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(op_tick, struct hrtimer *timer, __s64 *now)
+{
+	if ((__u64)timer->function != tick_function)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_target(pid_tgid))
+		return 0;
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 seq = cpu_graph_running;
 	if (!seq)
 		return 0;
-	struct pi_sample_event *ev = reserve(PI_EV_SAMPLE, sizeof(*ev));
-	if (!ev)
-		return 0;
-	fill_header(&ev->h, PI_EV_SAMPLE, sizeof(*ev), pid_tgid);
-	ev->ts_ns = ts;
-	ev->ip = PT_REGS_IP(&ctx->regs);
-	ev->graph_seq = seq;
-	submit(ev);
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	send_sample(pid_tgid, ts, PT_REGS_IP_CORE(regs), seq);
 	return 0;
 }
 

@@ -1,3 +1,4 @@
+#include "kernel_tick.h"
 #include "profinfer/probe_cost.h"
 
 #include <bpf/libbpf.h>
@@ -313,6 +314,7 @@ ProbeCosts measure_probe_costs(double seconds) {
     c.sample_hz = 10000;
     c.sample_ns = sample_cost_ns(seconds / 4, c.sample_hz);
     c.record_ns = record_cost_ns(seconds / 8, 283);
+    if (const KernelTick tick = KernelTick::find(); tick.usable()) c.tick_hz = int(tick.hz);
     return c;
 }
 

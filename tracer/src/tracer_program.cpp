@@ -23,6 +23,7 @@
 #include "consumer_priority.h"
 #include "kernel_btf.h"
 #include "kernel_features.h"
+#include "kernel_tick.h"
 #include "profinfer/error.h"
 #include "profinfer/events.h"
 #include "target_guardian.h"
@@ -172,7 +173,16 @@ void TracerProgram::load(ProbeAttacher& probes) {
     tables_.set_meta(store::MetaKey::KernelFallbacks, kernel.fallbacks());
     bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
     bpf_program__set_autoload(skel_->progs.wait_sample, probes.wait_samples());
-    bpf_program__set_autoload(skel_->progs.op_sample, opts_.level == TraceLevel::OpSampled);
+    // --level op-sampled: on the kernel's tick where it can (kernel_tick.h), else a perf event.
+    const bool op_sampled = opts_.level == TraceLevel::OpSampled;
+    const KernelTick tick = op_sampled && opts_.op_sample_on_tick ? KernelTick::find() : KernelTick{};
+    const bool on_tick = op_sampled && opts_.op_sample_on_tick && tick.usable();
+    if (op_sampled && opts_.op_sample_on_tick && !on_tick && !opts_.quiet)
+        std::cerr << "profinfer: --level op-sampled samples with a timer of its own at " << opts_.op_sample_hz
+                  << " Hz, not on the kernel's tick: " << tick.why_not << "\n";
+    skel_->rodata->tick_function = tick.function;
+    bpf_program__set_autoload(skel_->progs.op_sample, op_sampled);  // the fallback where the tick's program is refused
+    bpf_program__set_autoload(skel_->progs.op_tick, on_tick);
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
     int err = tracer_bpf__load(skel_);
     if (err) {
@@ -193,7 +203,18 @@ void TracerProgram::load(ProbeAttacher& probes) {
                 throw_errno("installing counter " + counters_->active()[c]->name);
         }
     if (probes.wait_samples()) open_sampler(skel_->progs.wait_sample, opts_.sample_hz, "--wait sampled");
-    if (opts_.level == TraceLevel::OpSampled) open_sampler(skel_->progs.op_sample, opts_.op_sample_hz, "--level op-sampled");
+    bpf_link* tick_link = on_tick ? bpf_program__attach(skel_->progs.op_tick) : nullptr;
+    if (tick_link) {
+        tables_.set_meta(store::MetaKey::SampleHz, std::to_string(tick.hz));
+        tables_.set_meta(store::MetaKey::SampleScope, "tick");
+        sample_links_.push_back(tick_link);
+    } else if (op_sampled) {
+        if (on_tick && !opts_.quiet)
+            std::cerr << "profinfer: --level op-sampled samples with a timer of its own at " << opts_.op_sample_hz
+                      << " Hz, not on the kernel's tick: its raw tracepoint hrtimer_expire_entry was refused ("
+                      << std::strerror(errno) << ")\n";
+        open_sampler(skel_->progs.op_sample, opts_.op_sample_hz, "--level op-sampled");
+    }
     for (auto [prog, name] : {std::pair{skel_->progs.sched_switch, "sched_switch"},
                               std::pair{skel_->progs.sched_switch_3arg, "sched_switch"},
                               std::pair{skel_->progs.sched_wakeup, "sched_wakeup"},

@@ -43,6 +43,7 @@ struct WorkloadFacts {
     double graphs_per_call = 0;   // graph records per decode call (backend and CPU)
     double traced_call_ms = 0;    // median decode call in the trace
     double sample_hz = 0;         // the trace's own sampler (op-sampled, full's --wait sampled), 0 without
+    bool sampled_on_tick = false; // ... taken on the kernel's tick (meta sample_scope tick): no cost of its own
 };
 WorkloadFacts workload_facts(store::Database& db);
 
@@ -68,9 +69,10 @@ struct LevelEstimate {
     double slowdown_pct = 0;     // no spare CPU: the recorder shares the target's
     double spare_cpu_slowdown_pct = 0;  // the recorder on a CPU the target does not use
 };
-// Levels whose inputs the facts lack (NaN) are left out.
+// Levels whose inputs the facts lack (NaN) are left out. OP_ON_TICK: op-sampled samples on the
+// kernel's tick at OP_SAMPLE_HZ, each costing its record only (no interrupt of its own).
 std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
-                                           int wait_sample_hz);
+                                           int wait_sample_hz, bool op_on_tick = false);
 
 // profinfer's operator times (--level op, decode calls after the first) against the eval
 // callback's (NODES_CSV: call,index,name,op,start_ns,end_ns of the same program and model in

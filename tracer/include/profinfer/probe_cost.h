@@ -34,6 +34,9 @@ struct ProbeCosts {
     double record_ns = 0;     // the consumer's CPU to store one record (ring buffer to SQLite row)
     double sample_ns = 0;     // a CPU-clock sample of a running thread (interrupt and op_sample)
     int sample_hz = 0;        // the rate the sample cost was measured at
+    // The kernel's tick rate where --level op-sampled samples on it (each sample then costs
+    // no interrupt of its own, only its record); 0 where it cannot (a timer of its own then).
+    int tick_hz = 0;
 };
 // Measures them, together in about SECONDS (medians over batches; the untraced loop
 // measured between them). Throws profinfer::Error without root or uprobes.

@@ -47,8 +47,11 @@ struct RecordOptions {
     SchedPeers sched_peers = SchedPeers::Comm;
     WaitMethod wait = WaitMethod::Sampled;  // at --level full
     unsigned sample_hz = 250;  // --wait sampled
-    // --level op-sampled: a sample costs the interrupted thread 8-12 µs in a KVM guest (profinfer
-    // estimate), so 250 a second is ~0.25 %; --sample-hz raises it where samples are cheap.
+    // --level op-sampled: on the kernel's scheduler tick (HZ a second, free: the tick runs
+    // anyway) where the kernel allows it; otherwise, or with --sample-hz (op_sample_on_tick
+    // false), a perf event of its own at op_sample_hz, whose sample costs the interrupted
+    // thread 8-12 µs in a KVM guest (profinfer estimate): 250 a second is ~0.25 %.
+    bool op_sample_on_tick = true;
     unsigned op_sample_hz = 250;
     // The recorder's reading and writing at SCHED_IDLE (raised while the ring buffer fills,
     // the target waits at a loader stop or a signal is pending), or at normal priority.
