@@ -118,7 +118,7 @@ int BPF_KRETPROBE(llama_decode_exit, int ret)
 		ev->end_ns = now;
 		ev->n_tokens = e->n_tokens;
 		ev->ret = ret;
-		bpf_ringbuf_submit(ev, wake_on_token ? BPF_RB_FORCE_WAKEUP : wake_flags());
+		bpf_ringbuf_submit(ev, token_wake_flags());
 	}
 	bpf_map_delete_elem(&decode_entries, &tid);
 	return 0;

@@ -47,6 +47,10 @@ bool ended(pid_t pid) { return !process_exists(pid) || process_state(pid) == 'Z'
 
 }  // namespace
 
+// --budget between its windows: the recorder woken by decode calls once per 100 ms at most
+// (a window may open that much later; the credit it waits for keeps growing meanwhile).
+constexpr uint64_t kBudgetGapWakeNs = 100'000'000;
+
 RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(target) {
     writer_ = std::make_unique<TraceWriter>(p_.tables, p_.probes.layout(), p_.opts.sched_peers);
     consumer_ = std::make_unique<EventConsumer>(bpf_map__fd(p_.program.skel()->maps.events), *writer_, p_.gate, p_.probes);
@@ -79,7 +83,8 @@ void RecordingSession::release_target() {
 
 void RecordingSession::start() {
     // The budget starts with the operator probes out: a window begins once it is paid for.
-    if (p_.budget) p_.probes.set_ops_attached(false);
+    // Between windows it only counts calls: woken by them once per kBudgetGapWake.
+    if (p_.budget) p_.probes.set_ops_attached(false), p_.program.set_token_wake_gap(kBudgetGapWakeNs);
     p_.guardian.started();
     p_.probes.attach_loader_watch(p_.child != nullptr);
     if (!p_.child) {
@@ -231,6 +236,8 @@ void RecordingSession::apply_gate() {
     const int64_t switch_start = monotonic_ns();
     p_.probes.set_ops_attached(action == OperatorGate::Action::Attach);
     const int64_t ts = monotonic_ns();  // when it took effect
+    // A window is closed after its calls, each seen as it ends; a gap is not hurried.
+    if (p_.budget) p_.program.set_token_wake_gap(action == OperatorGate::Action::Attach ? 0 : kBudgetGapWakeNs);
     if (p_.budget) p_.budget->note_switch(uint64_t(switch_start), uint64_t(ts));
     p_.tables.add(store::QosEventRow{ts, action == OperatorGate::Action::Attach ? "attach" : "detach", p_.gate->tps(),
                                      switch_start});

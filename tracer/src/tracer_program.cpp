@@ -335,6 +335,10 @@ int64_t TracerProgram::ops_pending() const {
     return std::max<int64_t>(sum, 0);
 }
 
+void TracerProgram::set_token_wake_gap(uint64_t gap_ns) {
+    if (skel_) __atomic_store_n(&skel_->bss->token_wake_gap_ns, gap_ns, __ATOMIC_RELEASE);
+}
+
 bool TracerProgram::decode_in_flight() const {
     uint32_t key = 0;
     return bpf_map_get_next_key(bpf_map__fd(skel_->maps.decode_entries), nullptr, &key) == 0;

@@ -62,6 +62,9 @@ public:
     int64_t ops_pending() const;
     // A llama_decode call of the target has begun and not yet returned (its entry is held).
     bool decode_in_flight() const;
+    // With a gate that sees decode calls: the consumer woken at most once per GAP_NS by them
+    // (0: by every call). tracer.bpf.c's token_wake_gap_ns.
+    void set_token_wake_gap(uint64_t gap_ns);
     uint64_t lost(uint32_t kind) const;     // records of KIND lost to a full ring buffer
     uint64_t lost_total() const;            // of every kind
     uint64_t dropped(uint32_t kind) const;  // data cut inside records (PI_DROP_*)
