@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "profinfer/stats.h"
@@ -41,7 +42,10 @@ std::string op_of_forward(std::string rest) {
     }
     if (rest == "rms_norm_mul") return "RMS_NORM";  // the fused RMS_NORM+MUL: the exact level names it RMS_NORM
     if (rest == "dup") return "CONT";              // CONT and CPY run ggml's dup code
-    if (rest == "glu" || rest == "swiglu") return "SWIGLU";
+    // The GLU family's dispatch (ggml_compute_forward_glu): its kernels, inlined into it, are
+    // named by the recorder from DWARF (GEGLU, SWIGLU...); what is left, or all of it in a
+    // library without DWARF, is the family's.
+    if (rest == "glu") return "GLU";
     std::transform(rest.begin(), rest.end(), rest.begin(), [](unsigned char c) { return char(std::toupper(c)); });
     return rest;
 }
@@ -93,9 +97,11 @@ bool has_cpu_samples(store::Database& db) { return db.scalar("SELECT EXISTS (SEL
 
 void for_each_sampled_function(store::Database& db, const std::function<void(const SampledFunction&)>& f) {
     // Each distinct instruction once: resolved against the function ranges (the greatest lo at
-    // or below it, if its range holds it); kernel addresses (negative) as one.
+    // or below it, if its range holds it); kernel addresses (negative) as one. A sample outside
+    // the named code (libm, libc) is its caller's, where the recorder found one (schema 10).
     store::Statement st(db.handle(),
-                        "WITH ips AS (SELECT CASE WHEN ip < 0 THEN -1 ELSE ip END AS ip, count(*) AS n FROM cpu_samples "
+                        "WITH ips AS (SELECT CASE WHEN ip < 0 THEN -1 ELSE coalesce(caller_ip, ip) END AS ip, count(*) "
+                        "AS n FROM cpu_samples "
                         "GROUP BY 1), named AS (SELECT ips.ip < 0 AS kernel, r.library, r.function, ips.n FROM ips "
                         "LEFT JOIN code_ranges r ON r.lo = (SELECT max(lo) FROM code_ranges WHERE lo <= ips.ip) "
                         "AND ips.ip < r.hi) "
@@ -108,10 +114,16 @@ void for_each_sampled_function(store::Database& db, const std::function<void(con
         in_kernel.push_back(st.column_int(0) != 0);
         flash_attn = flash_attn || rows.back().function.find("flash_attn") != std::string::npos;
     }
+    std::set<std::string> glu_kernels;  // the GLU family's kernels the samples name
     for (size_t i = 0; i < rows.size(); ++i) {
         SampledFunction& s = rows[i];
         s.op = op_of_sampled_function(s.function, s.library, in_kernel[i], flash_attn);
         if (in_kernel[i]) s.function = "[kernel]";
+        if (s.op.find("GLU") != std::string::npos && s.op != "GLU") glu_kernels.insert(s.op);
+    }
+    for (SampledFunction& s : rows) {
+        // The family's dispatch code is the one GLU kernel's the samples name, if one.
+        if (s.op == "GLU" && glu_kernels.size() == 1) s.op = *glu_kernels.begin();
         f(s);
     }
 }

@@ -1,4 +1,4 @@
--- profinfer trace store, schema version 9 (PRAGMA user_version = 9). Raw facts as captured;
+-- profinfer trace store, schema version 10 (PRAGMA user_version = 10). Raw facts as captured;
 -- what they mean (phase, layer, node time, ...) is derived in derived.sql.
 -- Times are CLOCK_MONOTONIC nanoseconds as bpf_ktime_get_ns reports them.
 -- Addresses (tensor, cgraph, backend) are the target's virtual addresses, as integers.
@@ -163,7 +163,10 @@ CREATE TABLE cpu_samples (
   tid       INTEGER NOT NULL,
   cpu       INTEGER NOT NULL,
   graph_seq INTEGER NOT NULL,  -- graphs.seq of the CPU graph under way
-  ip        INTEGER NOT NULL   -- the interrupted instruction (negative: in the kernel)
+  ip        INTEGER NOT NULL,  -- the interrupted instruction (negative: in the kernel)
+  -- (schema 10) ip outside the code code_ranges names (libm, libc): the return address into
+  -- it found on the top of the thread's stack, the function that called out; else NULL
+  caller_ip INTEGER
 );
 -- The functions of the llama.cpp libraries as the target mapped them ([lo, hi) addresses,
 -- from each library's symbol tables): what a sample's ip is resolved against.

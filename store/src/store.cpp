@@ -246,8 +246,11 @@ void Database::initialise(Mode mode) {
                  "kind TEXT NOT NULL, tensor INTEGER, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, ret INTEGER)");
         if (v < 9)  // before --level op-sampled: none recorded
             exec("CREATE TEMP TABLE cpu_samples (ts_ns INTEGER NOT NULL, tid INTEGER NOT NULL, cpu INTEGER NOT NULL, "
-                 "graph_seq INTEGER NOT NULL, ip INTEGER NOT NULL); CREATE TEMP TABLE code_ranges (lo INTEGER PRIMARY "
+                 "graph_seq INTEGER NOT NULL, ip INTEGER NOT NULL, caller_ip INTEGER); CREATE TEMP TABLE code_ranges (lo INTEGER PRIMARY "
                  "KEY, hi INTEGER NOT NULL, library TEXT NOT NULL, function TEXT NOT NULL)");
+        if (v == 9)  // samples before their callers: none recorded
+            exec("CREATE TEMP VIEW cpu_samples AS SELECT ts_ns, tid, cpu, graph_seq, ip, NULL AS caller_ip FROM "
+                 "main.cpu_samples");
         if (v >= kNodeDefsSchema) exec(kDerivedNodes);  // older traces hold nodes as rows
         exec(kDerivedViews);  // a snapshot of the calls so far: readers are one-shot
     }

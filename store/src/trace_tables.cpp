@@ -80,7 +80,7 @@ struct TraceTables::Statements {
           wake(db,
                "INSERT INTO sched_wakeup(ts_ns, cpu, tid, target_cpu, waker_tid, waker_tgid, waker_comm) "
                "VALUES (?,?,?,?,?,?,?)"),
-          sample(db, "INSERT INTO cpu_samples(ts_ns, tid, cpu, graph_seq, ip) VALUES (?,?,?,?,?)"),
+          sample(db, "INSERT INTO cpu_samples(ts_ns, tid, cpu, graph_seq, ip, caller_ip) VALUES (?,?,?,?,?,?)"),
           code_range(db, "INSERT OR IGNORE INTO code_ranges(lo, hi, library, function) VALUES (?,?,?,?)"),
           probe(db, "INSERT INTO probes(symbol, library, kind, attached, reason) VALUES (?, ?, ?, ?, ?)"),
           library(db, "INSERT OR REPLACE INTO libraries(path, role, build_id, debug_info) VALUES (?, ?, ?, ?)"),
@@ -289,7 +289,8 @@ void TraceTables::add(const SchedWakeupRow& r) {
 }
 
 void TraceTables::add(const CpuSampleRow& r) {
-    st_->sample.bind(1, r.ts_ns).bind(2, r.tid).bind(3, r.cpu).bind(4, r.graph_seq).bind(5, r.ip).run();
+    auto& s = st_->sample.bind(1, r.ts_ns).bind(2, r.tid).bind(3, r.cpu).bind(4, r.graph_seq).bind(5, r.ip);
+    (r.caller_ip ? s.bind(6, r.caller_ip) : s.bind_null(6)).run();
 }
 
 void TraceTables::add(const CodeRangeRow& r) {

@@ -1,6 +1,7 @@
 // The store's own contract: every meta key registered once and documented, every table
 // written through TraceTables and read back as written, lost records of every kind counted.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <vector>
 
@@ -256,6 +257,38 @@ TEST(StoreOwnsTheFormats, NoSqlWritesOrDatabaseOpensOutsideStore) {
     std::string all;
     for (const auto& f : found) all += f + "\n";
     EXPECT_TRUE(found.empty()) << "SQL writes or database opens outside store/:\n" << all;
+}
+
+// An op-sampled trace of schema 9 (before samples carried their callers) reads as one whose
+// samples found no caller.
+TEST(TraceTables, ASchema9SampledTraceReadsWithNoCallers) {
+    TempDir d;
+    const fs::path p = d / "t.db";
+    {
+        store::Database db(p, store::Database::Mode::Create);
+        store::TraceTables t(db);
+        t.begin();
+        t.add(store::CpuSampleRow{1000, 11, 0, 1, 0x5000, 0x6000});
+        t.add(store::CpuSampleRow{2000, 11, 0, 1, 0x5008});
+        t.commit();
+    }
+    {
+        store::Database db(p, store::Database::Mode::ReadOnly);
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples WHERE caller_ip = 0x6000"), 1);
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples WHERE caller_ip IS NULL"), 1);
+    }
+    {  // the schema-9 table: no caller_ip column
+        sqlite3* raw = nullptr;
+        ASSERT_EQ(sqlite3_open(p.c_str(), &raw), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE s9 AS SELECT ts_ns, tid, cpu, graph_seq, ip FROM cpu_samples; DROP TABLE "
+                               "cpu_samples; ALTER TABLE s9 RENAME TO cpu_samples; PRAGMA user_version = 9", nullptr,
+                               nullptr, nullptr),
+                  SQLITE_OK)
+            << sqlite3_errmsg(raw);
+        sqlite3_close(raw);
+    }
+    store::Database db(p, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples WHERE caller_ip IS NULL AND ip >= 0x5000"), 2);
 }
 
 // A study folder copied elsewhere reads its own traces, not the ones at the paths it was

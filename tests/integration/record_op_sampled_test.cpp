@@ -64,6 +64,16 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples s WHERE NOT EXISTS (SELECT 1 FROM graphs g WHERE "
                             "g.seq = s.graph_seq AND g.api = 'cpu' AND s.ts_ns BETWEEN g.start_ns AND g.end_ns)"),
                   0);
+        // A sample carries a caller only when it fell outside the code the trace names (libm, libc),
+        // and the caller is in a named function of that code (the return address found on the stack).
+        EXPECT_EQ(db.scalar("SELECT count(*) FROM cpu_samples s WHERE s.caller_ip IS NOT NULL AND (s.ip < 0 OR EXISTS "
+                            "(SELECT 1 FROM code_ranges r WHERE r.lo = (SELECT max(lo) FROM code_ranges WHERE lo <= s.ip) "
+                            "AND s.ip < r.hi) OR NOT EXISTS (SELECT 1 FROM code_ranges r WHERE r.lo = (SELECT max(lo) "
+                            "FROM code_ranges WHERE lo <= s.caller_ip) AND s.caller_ip < r.hi AND r.function <> ''))"),
+                  0);
+        // With DWARF, the SwiGLU kernel the compiler inlined into ggml's GLU dispatch has code of its own.
+        if (db.scalar("SELECT count(*) FROM libraries WHERE role = 'libggml-cpu' AND debug_info = 1"))
+            EXPECT_GT(db.scalar("SELECT count(*) FROM code_ranges WHERE function GLOB 'ggml_compute_forward_swiglu*'"), 0);
         // The thread that calls llama_decode computes too; no more threads than ggml was given.
         EXPECT_GT(db.scalar("SELECT count(*) FROM cpu_samples WHERE tid = (SELECT min(tid) FROM tokens)"), 0);
         EXPECT_LE(db.scalar("SELECT count(DISTINCT tid) FROM cpu_samples"), std::stoi(threads));

@@ -5,6 +5,7 @@
 // through the recorder's own TraceWriter and store::TraceTables. The golden test writes it
 // again and compares: a change to the writer or the schema that is not regenerated here
 // fails that test.  Usage: synthetic_golden OUT.db
+#include <tuple>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -34,10 +35,13 @@ void scheduler_events(TraceWriter& w) {
     k.ts_ns = 5600, k.waker_tid = 100, k.waker_tgid = 100, k.target_cpu = 1;
     std::strcpy(k.waker_comm, "llama-bench");
     w.write(&k, sizeof k);
-    // Two CPU-clock samples of graph 1 (--level op-sampled's records), one in the kernel.
-    for (auto [ts, ip] : {std::pair<uint64_t, uint64_t>{2000, 0x7f0000001010}, {3000, 0xffffffff81000000}}) {
+    // Three CPU-clock samples of graph 1 (--level op-sampled's records): one in the kernel, one
+    // outside the named code with the return address found on its stack.
+    for (auto [ts, ip, caller] : {std::tuple<uint64_t, uint64_t, uint64_t>{2000, 0x7f0000001010, 0},
+                                  {3000, 0xffffffff81000000, 0},
+                                  {4000, 0x7f00ff000100, 0x7f0000001020}}) {
         auto c = bench::record<pi_sample_event>(PI_EV_SAMPLE, 101);
-        c.ts_ns = ts, c.ip = ip, c.graph_seq = 1;
+        c.ts_ns = ts, c.ip = ip, c.graph_seq = 1, c.caller = caller;
         w.write(&c, sizeof c);
     }
 }

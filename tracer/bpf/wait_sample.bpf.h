@@ -69,10 +69,47 @@ struct {
 	__type(value, __u64);
 } sample_last SEC(".maps");
 
-/* One sample of a target thread at TS, interrupted at IP: sent when one of the target's CPU
- * graphs runs (SEQ, read before TS was taken). */
-static __always_inline void send_sample(__u64 pid_tgid, __u64 ts, __u64 ip, __u64 seq)
+/* The executable mappings of the libraries whose functions the trace names (the llama.cpp
+ * libraries, libgomp; user space keeps them current at each loader stop). */
+struct pi_wait_range named_ranges[PI_NAMED_RANGES] = {};
+__u32 n_named_ranges = 0;
+
+static __always_inline bool in_named_code(__u64 addr)
 {
+	__u32 n = *(volatile __u32 *)&n_named_ranges;
+	for (__u32 i = 0; i < PI_NAMED_RANGES; i++) {
+		if (i >= n)
+			break;
+		if (addr >= named_ranges[i].lo && addr < named_ranges[i].hi)
+			return true;
+	}
+	return false;
+}
+
+/* A sample in code the trace cannot name (libm's tanhf under TANH or a softcapped flash
+ * attention, libc's memcpy under CPY/GET_ROWS: Gemma2's 3 % "[other]" before) counts for the
+ * llama.cpp function that called out: the first of the top stack words at SP that points into
+ * named code. A leaf or a short chain of library calls keeps that return address within a few
+ * words (glibc's tanhf: one push, then expm1f's); a stray word that happens to point into the
+ * code would name a wrong function, never an unnamed one. */
+static __always_inline __u64 caller_of(__u64 ip, __u64 sp)
+{
+	if ((__s64)ip < 0 || !sp || in_named_code(ip))
+		return 0;
+	__u64 words[PI_CALLER_WORDS];
+	if (bpf_probe_read_user(words, sizeof(words), (const void *)sp))
+		return 0;
+	for (int i = 0; i < PI_CALLER_WORDS; i++)
+		if (in_named_code(words[i]))
+			return words[i];
+	return 0;
+}
+
+/* One sample of a target thread at TS, interrupted at IP with its stack at SP: sent when one
+ * of the target's CPU graphs runs (SEQ, read before TS was taken). */
+static __always_inline void send_sample(__u64 pid_tgid, __u64 ts, __u64 ip, __u64 sp, __u64 seq)
+{
+	__u64 caller = caller_of(ip, sp);
 	struct pi_sample_event *ev = reserve(PI_EV_SAMPLE, sizeof(*ev));
 	if (!ev)
 		return;
@@ -80,6 +117,7 @@ static __always_inline void send_sample(__u64 pid_tgid, __u64 ts, __u64 ip, __u6
 	ev->ts_ns = ts;
 	ev->ip = ip;
 	ev->graph_seq = seq;
+	ev->caller = caller;
 	submit(ev);
 }
 
@@ -101,8 +139,9 @@ int op_sample(struct bpf_perf_event_data *ctx)
 		*last = ts;
 	else
 		bpf_map_update_elem(&sample_last, &tid, &ts, BPF_ANY);
+	/* A sample in the kernel (ip < 0) looks at no stack: its sp is the kernel's. */
 	if (seq)
-		send_sample(pid_tgid, ts, PT_REGS_IP(&ctx->regs), seq);
+		send_sample(pid_tgid, ts, PT_REGS_IP(&ctx->regs), PT_REGS_SP(&ctx->regs), seq);
 	return 0;
 }
 
@@ -135,7 +174,7 @@ int BPF_PROG(op_tick, struct hrtimer *timer, __s64 *now)
 	if (!seq)
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	send_sample(pid_tgid, ts, PT_REGS_IP_CORE(regs), seq);
+	send_sample(pid_tgid, ts, PT_REGS_IP_CORE(regs), PT_REGS_SP_CORE(regs), seq);
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "elf_symbols.h"
+#include "inlined_code.h"
 #include "profinfer/error.h"
 #include "tracer_bpf.skel.h"
 
@@ -342,10 +343,51 @@ void ProbeAttacher::attach_new_libraries() {
 // OpenMP threads wait) at the addresses the target maps them, once per mapping: what each
 // sample's instruction is named by (the views resolve it; a library dlclose'd before the end
 // keeps its rows).
+// An op's kernel inlined into the function that dispatches it (ggml_compute_forward_geglu_f32
+// into ggml_compute_forward_glu, which SWIGLU's kernel shares) is named by its own function:
+// its code becomes a range of its own, an inner inline's over an outer's.
+void ProbeAttacher::carve_inlined_ops(const MappedLibrary& lib, CodeRanges& ranges) {
+    std::vector<InlinedRange> inlined;
+    try {
+        inlined = inlined_ranges(lib.path, "ggml_compute_forward_");
+    } catch (const Error&) {
+        return;  // the symbols' names stand
+    }
+    std::stable_sort(inlined.begin(), inlined.end(), [](const auto& a, const auto& b) { return a.depth < b.depth; });
+    for (const auto& in : inlined) {
+        const uint64_t lo = lib.address_of(in.lo);
+        if (!lo) continue;
+        auto it = ranges.upper_bound(lo);
+        if (it == ranges.begin()) continue;
+        --it;  // the range holding lo, if any
+        const uint64_t from = it->first, to = it->second.first;
+        if (lo >= to) continue;
+        const uint64_t hi = std::min(to, lo + (in.hi - in.lo));
+        const std::string outer = it->second.second;
+        ranges.erase(it);
+        if (from < lo) ranges.emplace(from, std::pair{lo, outer});
+        ranges.emplace(lo, std::pair{hi, in.function});
+        if (hi < to) ranges.emplace(hi, std::pair{to, outer});
+    }
+}
+
+// The BPF side gets their executable mappings as they are now: a sample outside them looks on
+// its stack for the return into them (caller_of in wait_sample.bpf.h).
 void ProbeAttacher::store_code_ranges(const std::vector<MappedLibrary>& mapped) {
+    const auto named = [](const MappedLibrary& lib) {
+        return (lib.role != LibRole::Other || lib.path.filename().string().rfind("libgomp", 0) == 0) &&
+               !lib.exec.empty();
+    };
+    std::vector<pi_wait_range> exec;
+    for (const auto& lib : mapped)
+        if (named(lib))
+            for (const auto& s : lib.exec) exec.push_back({s.start, s.end});
+    const size_t n = std::min<size_t>(exec.size(), PI_NAMED_RANGES);
+    skel_->bss->n_named_ranges = 0;  // no sample reads a half-written table as complete
+    std::copy_n(exec.begin(), n, skel_->bss->named_ranges);
+    __atomic_store_n(&skel_->bss->n_named_ranges, uint32_t(n), __ATOMIC_RELEASE);
     for (const auto& lib : mapped) {
-        const bool gomp = lib.path.filename().string().rfind("libgomp", 0) == 0;
-        if ((lib.role == LibRole::Other && !gomp) || lib.exec.empty()) continue;
+        if (!named(lib)) continue;
         const std::string key = lib.path.string() + "@" + std::to_string(lib.exec.front().start);
         if (!ranged_.insert(key).second) continue;
         std::shared_ptr<ElfSymbols> sym = elf_.count(lib.path) ? elf_.at(lib.path) : nullptr;
@@ -355,11 +397,12 @@ void ProbeAttacher::store_code_ranges(const std::vector<MappedLibrary>& mapped) 
             continue;  // unreadable: its samples stay unnamed
         }
         const std::string name = lib.path.filename().string();
-        std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // lo → hi, function
+        CodeRanges ranges;
         for (const auto& [function, offset] : sym->functions()) {
             const uint64_t size = sym->function_size(function), at = lib.address_of(offset);
             if (size && at) ranges.emplace(at, std::pair{at + size, function});
         }
+        if (lib.role == LibRole::GgmlCpu && sym->has_debug_info()) carve_inlined_ops(lib, ranges);
         // Code of the library no symbol covers (a stripped library's internals: libgomp's
         // barrier spin) is named by the library alone: the gaps get rows of no function.
         for (const auto& s : lib.exec) {

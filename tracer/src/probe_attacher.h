@@ -76,6 +76,8 @@ private:
     void update_layout();
     void update_wait_ranges(const std::vector<MappedLibrary>& mapped);
     void store_code_ranges(const std::vector<MappedLibrary>& mapped);
+    using CodeRanges = std::map<uint64_t, std::pair<uint64_t, std::string>>;  // lo → hi, function
+    static void carve_inlined_ops(const MappedLibrary& lib, CodeRanges& ranges);
 
     tracer_bpf* skel_;
     pid_t pid_;

@@ -204,7 +204,7 @@ void TraceWriter::write(const void* data, size_t size) {
         case PI_EV_SAMPLE: {
             auto* e = as<pi_sample_event>(data, size, malformed_);
             if (!e) return;
-            tables_.add(store::CpuSampleRow{i64(e->ts_ns), e->h.tid, e->h.cpu, i64(e->graph_seq), i64(e->ip)});
+            tables_.add(store::CpuSampleRow{i64(e->ts_ns), e->h.tid, e->h.cpu, i64(e->graph_seq), i64(e->ip), i64(e->caller)});
             break;
         }
         case PI_EV_BATCH: {

@@ -19,7 +19,9 @@
 
 namespace profinfer::store {
 
-constexpr int kSchemaVersion = 9;
+constexpr int kSchemaVersion = 10;
+// From version 10 a sample outside the named code carries its caller (cpu_samples.caller_ip).
+constexpr int kSampleCallerSchema = 10;
 // From version 8 the sequences each batch served (batch_seqs).
 constexpr int kBatchSeqsSchema = 8;
 // From version 7 a node's details are stored once per change (node_defs, node_def_srcs)
@@ -39,7 +41,7 @@ std::string counter_columns(const std::string& prefix = "");
 void build_indexes(sqlite3* db) noexcept;
 // The newest event record format (tracer/include/profinfer/events.h) whose data this
 // schema holds; a trace from a newer recorder is refused rather than misread.
-constexpr int kEventsVersion = 8;
+constexpr int kEventsVersion = 9;
 
 // A statement bound positionally; step() returns true while rows come.
 class Statement {

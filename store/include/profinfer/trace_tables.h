@@ -89,6 +89,7 @@ struct SchedWakeupRow {
 };
 struct CpuSampleRow {
     int64_t ts_ns, tid, cpu, graph_seq, ip;
+    int64_t caller_ip = 0;  // 0: none (stored as NULL)
 };
 struct CodeRangeRow {
     int64_t lo, hi;

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define PI_EVENTS_VERSION 8
+#define PI_EVENTS_VERSION 9
 
 #define PI_MAX_COUNTERS 6   /* perf counters read per operator */
 #define PI_MAX_SRC 10       /* GGML_MAX_SRC */
@@ -18,6 +18,8 @@
 #define PI_MAX_EXPERT_IDS 64
 #define PI_COMM_LEN 16
 #define PI_WAIT_RANGES 32 /* code ranges where a sampled thread counts as waiting */
+#define PI_NAMED_RANGES 16 /* executable mappings of the libraries whose functions a trace names */
+#define PI_CALLER_WORDS 8 /* stack words a sample outside them looks at for a return into them */
 /* Where a counter's value comes from: a per-CPU perf event, or the running thread's own
  * task_struct (its fault counts: exact per thread, a plain load instead of a perf read). */
 enum pi_counter_source { PI_COUNTER_PERF = 0, PI_COUNTER_TASK_MAJ_FLT = 1, PI_COUNTER_TASK_MIN_FLT = 2 };
@@ -221,6 +223,10 @@ struct pi_sample_event {
 	__u64 ts_ns;
 	__u64 ip;
 	__u64 graph_seq;
+	/* ip outside the libraries whose functions the trace names (libm's tanhf, libc's
+	 * memcpy): the first of the top PI_CALLER_WORDS stack words that points into them (the
+	 * return address into the llama.cpp function that called out); 0 otherwise. */
+	__u64 caller;
 };
 
 struct pi_layout {
