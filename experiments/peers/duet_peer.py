@@ -29,7 +29,10 @@ sides alike. A window's speed for each side is its calls wholly inside it over t
 read by the target itself. Neither side's start-up or end (model load, profinfer's attach, a
 side decoding alone after the other ended) is in a window: with llama-bench runs started
 together, whichever side ended last decoded its end with the machine's memory to itself, and
-read faster.
+read faster. Under --budget P the windows start one budget cycle later (the calls in which the
+gate opens its first window: BUDGET_CYCLE_CALLS / P) and last together BUDGET_CYCLES cycles at
+the calls' pace then (window_s in the output), so that a budget is read over its steady state,
+not over the gap before its first window.
 
   duet_slowdown_pct = 100 × (1 − geometric mean of r over the windows),
   r = traced calls/s / untraced calls/s in the window
@@ -53,6 +56,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
@@ -115,6 +119,36 @@ def warm(side, err, tokens, warmup_s):
         if side.proc.poll() is not None:
             fail(f"a side exited with status {side.proc.returncode} while warming up")
         time.sleep(0.05)
+
+
+# --budget P opens a window of the gate's (4 traced calls and the two switches: 2.4 calls' worth
+# by its priors, BudgetController::kWindow, kPriorCost, kPriorSwitchCost) once the calls have
+# earned it, P % of a call each: every BUDGET_CYCLE_CALLS / P calls. Measured over less than a
+# few such cycles, a budget reads what its phase happened to be: a run of ~250 calls (this
+# machine's 1B, 4 windows of 3 s) ended before --budget 1's first window and read ~0 with 4 %
+# of calls traced.
+BUDGET_CYCLE_CALLS = 240.0
+BUDGET_CYCLES = 3  # measured, over the windows together
+
+
+def budget_of(record_args):
+    """The P of a --budget P among profinfer record's arguments, or None."""
+    for i, x in enumerate(record_args):
+        if x == "--budget" and i + 1 < len(record_args):
+            return float(record_args[i + 1])
+        if x.startswith("--budget="):
+            return float(x.split("=", 1)[1])
+    return None
+
+
+def warm_budget(side, err, budget, window_s, windows):
+    """Past the budget's first gap and window (one cycle of calls more), then windows that hold
+    BUDGET_CYCLES cycles together at the calls' present pace: the window length to use."""
+    cycle = BUDGET_CYCLE_CALLS / budget
+    side.wait_calls(side.count() + int(math.ceil(cycle)), err, limit_s=3600)
+    recent = side.calls()[-32:]
+    call_s = statistics.median((c[2] - c[1]) / 1e9 for c in recent)
+    return max(window_s, BUDGET_CYCLES * cycle * call_s / windows)
 
 
 def tree(pid):
@@ -231,6 +265,9 @@ def duet(a, copy, cpus, work):
         open(gate[then][1], "w").close()
         for side, err in ((traced, errs[0]), (untraced, errs[1])):
             warm(side, err, a.tokens, a.warmup)
+        budget = budget_of(a.record_arg)
+        if budget:
+            a.window = warm_budget(traced, errs[0], budget, a.window, a.windows)
         for w in range(a.windows):
             on = cpus[w % 2]
             if w:  # the first window runs where the sides started
