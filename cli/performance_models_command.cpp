@@ -21,6 +21,7 @@
 #include "profinfer/fit.h"
 #include "profinfer/plan.h"
 #include "profinfer/perf_models.h"
+#include "profinfer/machine_bench.h"
 #include "subcommands.h"
 
 namespace profinfer::cli {
@@ -33,7 +34,9 @@ void add_fit(CLI::App& app, std::function<int()>& action) {
                 "experiments/specs/matmul-dims.toml) and RESULTS_DIR/machine.json (the roofs). Fits, per backend, weight\n"
                 "type, thread count and batch class (N = 1, N > 1), weight-MatMul time = a + b*M*N*K*H and compares it\n"
                 "with the roofline on the measured roofs, each on held-out models; then decode time per token from\n"
-                "the model cards, leave-one-model-out. Beside models.json: held-out tables, figures and models.md.\n"
+                "the model cards, leave-one-model-out; and, from RESULTS_DIR/decode-speed (warm untraced decode speeds:\n"
+                "experiments/specs/decode-speed.toml), decode time in the machine's terms (bytes / triad, ops / peak), the\n"
+                "model predict --machine carries to another machine. Beside models.json: held-out tables, figures, models.md.\n"
                 "Schema and reader: docs/models.md, analysis/include/profinfer/perf_models_reader.hpp.");
     cmd->add_option("results_dir", *dir, "results/<board>")->required()->check(CLI::ExistingDirectory);
     cmd->add_option("-o,--output", *out, "The models file to write (figures go beside it)")->capture_default_str();
@@ -57,33 +60,85 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
     auto backend = std::make_shared<std::string>("cpu");
     auto threads = std::make_shared<int>(2);
     auto models = std::make_shared<std::string>();
+    auto machine_file = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
     auto ctx = std::make_shared<int>(0);
     auto fa = std::make_shared<std::string>("on");
     auto* cmd = app.add_subcommand("predict", "Predict a dense model's decode speed from its card and fitted models");
-    cmd->footer("Prints 'decode: X tokens/s' and each weight MatMul's predicted time per token; --json for scripts.\n"
-                "Only what the fit covers is predicted: a backend, type or thread count without a model is an error.");
+    cmd->footer("Prints 'decode: X tokens/s [lo, hi]' (the 95 % interval the held-out models give) and, where models.json\n"
+                "has MatMul lines for the thread count, each weight MatMul's predicted time per token; --json for scripts.\n"
+                "With the decode-speed study fitted (models.json decode_roofs), decode is predicted from the machine's roofs:\n"
+                "those of --machine (profinfer bench-machine on the machine to predict, a minute) or, without it, those of\n"
+                "the machine the fit ran on. Otherwise the sum of the MatMul lines (the fitting machine only).\n"
+                "Only what the fit covers is predicted: a backend, type or thread count without a model is an error; a\n"
+                "model outside the fitted range of weight bytes is predicted and said to be outside it.");
     cmd->add_option("models", *models, "models.json from profinfer fit")->required()->check(CLI::ExistingFile);
     cmd->add_option("--card", *card, "Model card name (models/cards) or .toml file")->required();
     cmd->add_option("--type", *type, "Weight type")->capture_default_str();
     cmd->add_option("--threads", *threads, "Threads")->check(CLI::Range(1, 1024))->capture_default_str();
     cmd->add_option("--backend", *backend, "Backend")->capture_default_str();
+    cmd->add_option("--machine", *machine_file,
+                    "machine.json of the machine to predict for (profinfer bench-machine -o machine.json); default: the fitting machine's roofs")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--ctx", *ctx, "Tokens already in the KV cache (needs the across-tokens study's model)")
         ->check(CLI::Range(0, 1 << 24))->capture_default_str();
     cmd->add_option("--fa", *fa, "Flash attention, for --ctx")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
     cmd->add_flag("--json", *json, "JSON output");
-    cmd->callback([&action, card, type, backend, threads, models, json, ctx, fa] {
-        action = [card, type, backend, threads, models, json, ctx, fa] {
+    cmd->callback([&action, card, type, backend, threads, models, machine_file, json, ctx, fa] {
+        action = [card, type, backend, threads, models, machine_file, json, ctx, fa] {
             const auto m = perf::Models::load(*models);
             const ModelCard c = ModelCard::load(*card, ModelCard::Scale::Full);
             const auto shapes = card_matmuls(c);
-            auto ms = m.decode_ms(shapes, int(c.layers), *backend, *type, *threads);
-            if (!ms)
-                throw Error(*models + " has no decode model for backend " + *backend + ", type " + *type + ", " +
-                            std::to_string(*threads) + " threads (profinfer fit covers what the matmul-dims sweep ran" +
-                            (m.json().value("scale", "full") == "tiny"
-                                 ? "; it ran the cards' tiny variants, which share one shape: no decode line fits them)"
-                                 : ")"));
+            nlohmann::json j{{"card", c.name}, {"type", *type}, {"backend", *backend}, {"threads", *threads}, {"ctx", *ctx}};
+            double ms = 0, lo_ms = 0, hi_ms = 0;
+            std::string outside;  // what of the card lies outside what the fit saw
+            if (const nlohmann::json* e = m.decode_roofs_entry(*backend, *type)) {
+                // The roofs of the machine asked for, or of the one the fit ran on.
+                double triad = 0, peak = 0;
+                std::string cpu;
+                const std::string kind = e->value("compute_kind", "int8");
+                if (!machine_file->empty()) {
+                    const MachineBench mb = MachineBench::load(*machine_file);
+                    const MachineRoof& r = mb.at(*threads);
+                    if (r.threads != *threads)
+                        throw Error(*machine_file + " has no roofs at " + std::to_string(*threads) +
+                                    " threads (profinfer bench-machine --threads " + std::to_string(*threads) + ")");
+                    triad = r.triad_gbs, peak = r.peak_for(kind), cpu = mb.cpu;
+                } else {
+                    for (const auto& r : e->at("fitted_on").at("roofs"))
+                        if (r.value("threads", 0) == *threads) triad = r.value("triad_gbs", 0.0), peak = r.value("peak_gops", 0.0);
+                    if (!(triad > 0))
+                        throw Error(*models + " was fitted without " + std::to_string(*threads) +
+                                    " threads: give the machine's roofs at that count (--machine machine.json)");
+                    cpu = e->at("fitted_on").value("cpu", "");
+                }
+                const auto est = m.decode_ms_on(shapes, int(c.layers), *backend, *type, triad, peak);
+                if (!est) throw Error("no prediction: the machine's roofs (triad " + format_double(triad) + " GB/s, peak " +
+                                      format_double(peak) + " Gops/s) are not usable");
+                ms = est->ms, lo_ms = est->lo_ms, hi_ms = est->hi_ms;
+                const double mb = perf::Models::decode_terms(shapes, int(c.layers), e->at("weight_bytes_per_elem").get<double>(), 1e-6, 1)[0] / 1e6;
+                const auto& range = e->at("range").at("weight_mb");
+                if (mb < range.at(0).get<double>() || mb > range.at(1).get<double>())
+                    outside = "the card streams " + format_double(mb) + " MB of weights a token, outside the fitted " +
+                              format_double(range.at(0).get<double>()) + "-" + format_double(range.at(1).get<double>()) + " MB";
+                j["model"] = "roofs";
+                j["machine"] = {{"cpu", cpu}, {"triad_gbs", triad}, {"peak_gops", peak}, {"compute_kind", kind},
+                                {"from", machine_file->empty() ? "the fitting machine" : *machine_file}};
+            } else {
+                if (!machine_file->empty())
+                    throw Error(*models + " has no decode model in the machine's terms for backend " + *backend + ", type " + *type +
+                                " (it comes from the decode-speed study: profinfer experiment run experiments/specs/decode-speed.toml, "
+                                "then profinfer fit)");
+                auto sum = m.decode_ms(shapes, int(c.layers), *backend, *type, *threads);
+                if (!sum)
+                    throw Error(*models + " has no decode model for backend " + *backend + ", type " + *type + ", " +
+                                std::to_string(*threads) + " threads (profinfer fit covers what the matmul-dims sweep ran" +
+                                (m.json().value("scale", "full") == "tiny"
+                                     ? "; it ran the cards' tiny variants, which share one shape: no decode line fits them)"
+                                     : ")"));
+                ms = lo_ms = hi_ms = *sum;
+                j["model"] = "matmul-sum";
+            }
             double context = 0;
             if (*ctx > 0) {
                 auto a = m.context_ms(*backend, *type, *threads, *fa, int(c.layers), int(c.heads), int(c.head_dim), *ctx);
@@ -91,23 +146,34 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                     throw Error(*models + " has no context model for backend " + *backend + ", type " + *type + ", " +
                                 std::to_string(*threads) + " threads, fa " + *fa + " (the across-tokens study's sweep)");
                 context = *a;
-                *ms += context;
+                ms += context, lo_ms += context, hi_ms += context;
             }
-            nlohmann::json j{{"card", c.name}, {"type", *type}, {"backend", *backend}, {"threads", *threads}, {"ctx", *ctx},
-                             {"context_ms", context},
-                             {"decode_ms_per_token", *ms}, {"decode_tps", 1000 / *ms}, {"matmuls", nlohmann::json::array()}};
-            for (const auto& s : shapes) {
-                const double us = *m.matmul_us(*backend, *type, *threads, s.m, 1, s.k);
-                j["matmuls"].push_back({{"name", s.name}, {"m", s.m}, {"k", s.k}, {"per_token", s.per_token}, {"us", us},
-                                        {"us_per_token", us * s.per_token}});
-            }
+            j["context_ms"] = context;
+            j["decode_ms_per_token"] = ms;
+            j["decode_tps"] = 1000 / ms;
+            j["decode_tps_lo"] = 1000 / hi_ms;
+            j["decode_tps_hi"] = 1000 / lo_ms;
+            j["outside_fit"] = outside.empty() ? nlohmann::json(nullptr) : nlohmann::json(outside);
+            j["matmuls"] = nlohmann::json::array();
+            for (const auto& s : shapes)
+                if (const auto us = m.matmul_us(*backend, *type, *threads, s.m, 1, s.k))
+                    j["matmuls"].push_back({{"name", s.name}, {"m", s.m}, {"k", s.k}, {"per_token", s.per_token}, {"us", *us},
+                                            {"us_per_token", *us * s.per_token}});
             if (*json) {
                 std::cout << j.dump(1) << "\n";
                 return 0;
             }
-            std::printf("decode: %.2f tokens/s\n", 1000 / *ms);
+            if (j["model"] == "roofs")
+                std::printf("decode: %.2f tokens/s [%.2f, %.2f] (95 %% interval; roofs of %s: triad %.1f GB/s, %s peak %.0f Gops/s, %d threads)\n",
+                            1000 / ms, 1000 / hi_ms, 1000 / lo_ms, j["machine"]["cpu"].get<std::string>().c_str(),
+                            j["machine"]["triad_gbs"].get<double>(), j["machine"]["compute_kind"].get<std::string>().c_str(),
+                            j["machine"]["peak_gops"].get<double>(), *threads);
+            else
+                std::printf("decode: %.2f tokens/s\n", 1000 / ms);
+            if (!outside.empty()) std::printf("note: %s\n", outside.c_str());
             if (*ctx > 0) std::printf("context: %d tokens add %.2f ms per token (flash attention %s)\n", *ctx, context, fa->c_str());
-            std::printf("%-14s %7s %7s %9s %10s %12s\n", "matmul", "m", "k", "per_token", "us", "us_per_token");
+            if (!j["matmuls"].empty())
+                std::printf("%-14s %7s %7s %9s %10s %12s\n", "matmul", "m", "k", "per_token", "us", "us_per_token");
             for (const auto& r : j["matmuls"])
                 std::printf("%-14s %7lld %7lld %9d %10.1f %12.1f\n", r["name"].get<std::string>().c_str(),
                             (long long)r["m"].get<int64_t>(), (long long)r["k"].get<int64_t>(), r["per_token"].get<int>(),

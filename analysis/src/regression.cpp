@@ -1,6 +1,7 @@
 #include "profinfer/regression.h"
 
 #include <cmath>
+#include <optional>
 
 #include "profinfer/error.h"
 
@@ -54,6 +55,47 @@ LinearFit least_squares(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, std:
         }
     }
     return f;
+}
+
+LinearFit nonnegative_least_squares(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, std::vector<std::string> terms,
+                                    const Eigen::VectorXd& weights) {
+    const auto n = X.rows(), p = X.cols();
+    if (p > 12) throw Error("nonnegative least squares: " + std::to_string(p) + " terms, at most 12");
+    if (Eigen::Index(terms.size()) != p) throw Error("nonnegative least squares: X and terms do not agree in size");
+    const Eigen::VectorXd w = weights.size() ? weights : Eigen::VectorXd::Ones(n);
+    std::optional<LinearFit> best;
+    double best_ss = INFINITY;
+    for (unsigned mask = 1; mask < (1u << p); ++mask) {
+        std::vector<Eigen::Index> cols;
+        for (Eigen::Index j = 0; j < p; ++j)
+            if (mask & (1u << j)) cols.push_back(j);
+        if (Eigen::Index(cols.size()) > n) continue;
+        Eigen::MatrixXd Xs(n, Eigen::Index(cols.size()));
+        std::vector<std::string> names;
+        for (size_t c = 0; c < cols.size(); ++c) Xs.col(Eigen::Index(c)) = X.col(cols[c]), names.push_back(terms[size_t(cols[c])]);
+        LinearFit f;
+        try {
+            f = least_squares(Xs, y, names, w);
+        } catch (const Error&) {
+            continue;  // this subset's terms are dependent
+        }
+        if ((f.coef.array() < 0).any()) continue;
+        const double ss = (w.array() * f.residuals.array().square()).sum();
+        if (ss >= best_ss) continue;
+        // Back to every term: the ones left out at 0 (no interval: pinned by the constraint).
+        LinearFit full;
+        full.terms = terms;
+        full.n = f.n, full.r2 = f.r2, full.rmse = f.rmse, full.residuals = f.residuals;
+        full.coef = full.ci_lo = full.ci_hi = Eigen::VectorXd::Zero(p);
+        full.std_err = Eigen::VectorXd::Constant(p, NAN);
+        for (size_t c = 0; c < cols.size(); ++c) {
+            const Eigen::Index j = cols[c], i = Eigen::Index(c);
+            full.coef[j] = f.coef[i], full.std_err[j] = f.std_err[i], full.ci_lo[j] = f.ci_lo[i], full.ci_hi[j] = f.ci_hi[i];
+        }
+        best = std::move(full), best_ss = ss;
+    }
+    if (!best) throw Error("nonnegative least squares: no subset of the terms fits with coefficients >= 0");
+    return *best;
 }
 
 Correlation pearson(const std::vector<double>& x, const std::vector<double>& y) {

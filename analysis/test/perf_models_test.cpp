@@ -176,6 +176,85 @@ TEST(PerfModels, FitUsesTheShapesOfTheSweepsScale) {
 }
 
 namespace {
+// A machine.json with these roofs (format 2) at 1 and 2 threads.
+void write_machine(const fs::path& file, const std::string& cpu, double triad1, double triad2, double int8_1, double int8_2) {
+    nlohmann::json j{{"cpu", cpu}, {"format", 2}, {"host", "vm"}, {"isa", "test"}, {"roofs", nlohmann::json::array()}};
+    for (auto [t, triad, int8] : {std::tuple{1, triad1, int8_1}, std::tuple{2, triad2, int8_2}})
+        j["roofs"].push_back({{"threads", t}, {"triad_gbs", triad}, {"peak_gflops_f32", int8 / 4}, {"peak_gops", {{"f32", int8 / 4}, {"int8", int8}}}});
+    std::ofstream(file) << j.dump(1);
+}
+
+// The law the decode-speed points follow: ms per token = 0.6 · bytes / triad + 9 · ops / peak
+// + 0.05 ms per layer + 1 ms, on a machine with these roofs at THREADS.
+double law_ms(const ModelCard& card, double triad, double int8) {
+    const auto t = perf::Models::decode_terms(card_matmuls(card), int(card.layers), 18.0 / 32, triad, int8);
+    return 0.6 * t[0] + 9 * t[1] + 0.05 * t[2] + 1 * t[3];
+}
+}  // namespace
+
+// The decode model in the machine's terms travels: fitted on one machine's decode-speed points
+// (two thread counts, whose roofs scale differently: that is what tells bandwidth from
+// arithmetic), it predicts a card it never saw on another machine given only that machine's
+// roofs, inside the interval it prints; the held-out checks are in models.md.
+TEST(PerfModels, TheDecodeModelInTheMachinesTermsPredictsAnotherMachine) {
+    TempDir d;
+    write_results(d / "host");
+    write_machine(d / "host" / "machine.json", "fitting CPU", 32, 39, 800, 1550);
+    fs::create_directories(d / "host" / "decode-speed");
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> noise(-0.03, 0.03);
+    {
+        std::ofstream tab(d / "host" / "decode-speed" / "points.csv");
+        tab << "id,model,type,backend,threads,bench_tg_tps\n";
+        for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"})
+            for (auto [t, triad, int8] : {std::tuple{1, 32.0, 800.0}, std::tuple{2, 39.0, 1550.0}}) {
+                const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
+                tab << model << t << "," << model << ",q4_0,cpu," << t << "," << 1000 / (law_ms(card, triad, int8) * (1 + noise(rng))) << "\n";
+            }
+    }
+    auto r = run({profinfer_bin(), "fit", d / "host", "-o", d / "models" / "models.json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto m = perf::Models::load(d / "models" / "models.json");
+    const auto* e = m.decode_roofs_entry("cpu", "q4_0");
+    ASSERT_NE(e, nullptr) << m.json().dump();
+    EXPECT_NEAR((*e)["coef"][0].get<double>(), 0.6, 0.15);
+    EXPECT_NEAR((*e)["coef"][1].get<double>(), 9, 2);
+    for (const char* th : {"1", "2"}) {
+        EXPECT_LT((*e)["heldout"]["each_model"][th]["mean_abs_err_pct"].get<double>(), 5) << th;
+        EXPECT_EQ((*e)["heldout"]["each_model"][th]["n"].get<int>(), 5) << th;
+        // One type at one thread count cannot tell bandwidth from arithmetic: said, not fitted.
+        EXPECT_TRUE((*e)["heldout"]["each_thread_count"][th].contains("not_testable")) << (*e)["heldout"].dump();
+    }
+    const std::string md = read_file(d / "models" / "models.md");
+    EXPECT_NE(md.find("Decode speed in the machine's terms"), std::string::npos) << md;
+    EXPECT_NE(md.find("bytes and operations grow in one ratio"), std::string::npos) << md;
+    EXPECT_TRUE(fs::exists(d / "models" / "decode-roofs-heldout.png"));
+    // Another machine: half the bandwidth, a third more arithmetic; a card the sweep never ran.
+    write_machine(d / "other.json", "other CPU", 16, 20, 1100, 2100);
+    const ModelCard big = ModelCard::load("llama3.2-3b", ModelCard::Scale::Full);
+    for (auto [t, triad, int8] : {std::tuple{1, 16.0, 1100.0}, std::tuple{2, 20.0, 2100.0}}) {
+        auto p = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads",
+                      std::to_string(t), "--machine", d / "other.json", "--json"});
+        ASSERT_EQ(p.status, 0) << p.err;
+        const auto pj = nlohmann::json::parse(p.out);
+        const double truth = 1000 / law_ms(big, triad, int8);
+        EXPECT_NEAR(pj["decode_tps"].get<double>(), truth, 0.06 * truth) << t;
+        EXPECT_LE(pj["decode_tps_lo"].get<double>(), truth) << t;
+        EXPECT_GE(pj["decode_tps_hi"].get<double>(), truth) << t;
+        EXPECT_GT(pj["decode_tps_lo"].get<double>(), 0) << t;
+        EXPECT_EQ(pj["machine"]["cpu"], "other CPU");
+        EXPECT_FALSE(pj["outside_fit"].is_null()) << "3B streams more than the fitted models";
+    }
+    // Without --machine: the fitting machine's roofs; a thread count it has none for is an error.
+    auto own = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "2"});
+    ASSERT_EQ(own.status, 0) << own.err;
+    EXPECT_NE(own.out.find("roofs of fitting CPU"), std::string::npos) << own.out;
+    auto four = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "4"});
+    EXPECT_NE(four.status, 0);
+    EXPECT_NE(four.err.find("--machine"), std::string::npos) << four.err;
+}
+
+namespace {
 // Models of two backends for plan: CPU 5 µs + 0.05 ns·MNKH; Vulkan 300 µs + 0.01 ns·MNKH —
 // Vulkan faster above 7.4 M·K.
 nlohmann::json cpu_and_vulkan_models() {

@@ -75,3 +75,31 @@ TEST(Regression, PearsonWithFisherInterval) {
     EXPECT_GT(d.hi, 0);  // no correlation: the interval holds zero
     EXPECT_THROW(pearson({1, 1, 1}, {1, 2, 3}), Error);
 }
+
+// Nonnegative least squares: where every coefficient of the plain fit is ≥ 0 it is that fit;
+// where the plain fit goes negative, the term is pinned at 0 and the rest refitted — and no
+// prediction on inputs ≥ 0 comes out negative.
+TEST(Regression, NonnegativeFitPinsANegativeTermAtZero) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(0, 10), noise(-0.01, 0.01);
+    Eigen::MatrixXd X(30, 3);
+    Eigen::VectorXd y(30), y_neg(30);
+    for (int i = 0; i < 30; ++i) {
+        X(i, 0) = 1, X(i, 1) = u(rng), X(i, 2) = u(rng);
+        y[i] = 2 + 3 * X(i, 1) + 0.5 * X(i, 2) + noise(rng);
+        y_neg[i] = 20 + 3 * X(i, 1) - 0.5 * X(i, 2) + noise(rng);  // the third term subtracts
+    }
+    const LinearFit plain = least_squares(X, y, {"a", "b", "c"});
+    const LinearFit nn = nonnegative_least_squares(X, y, {"a", "b", "c"});
+    for (int j = 0; j < 3; ++j) EXPECT_NEAR(nn.coef[j], plain.coef[j], 1e-9) << j;
+    const LinearFit pinned = nonnegative_least_squares(X, y_neg, {"a", "b", "c"});
+    EXPECT_LT(least_squares(X, y_neg, {"a", "b", "c"}).coef[2], 0);
+    EXPECT_EQ(pinned.coef[2], 0);
+    EXPECT_TRUE(std::isnan(pinned.std_err[2]));
+    EXPECT_GT(pinned.coef[0], 0);
+    EXPECT_NEAR(pinned.coef[1], 3, 0.5);
+    EXPECT_EQ(pinned.terms, (std::vector<std::string>{"a", "b", "c"}));
+    for (int i = 0; i < 30; ++i) EXPECT_GT(X.row(i).dot(pinned.coef), 0);
+    // Nothing fits with every coefficient ≥ 0 when y < 0 throughout: an error, not a fit.
+    EXPECT_THROW(nonnegative_least_squares(X, -y, {"a", "b", "c"}), Error);
+}

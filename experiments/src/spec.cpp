@@ -233,8 +233,9 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     s.title = t["title"].value_or(s.name);
     s.paper = t["paper"].value_or(std::string());
     s.level = t["level"].value_or(std::string("op"));
-    if (s.level != "token" && s.level != "graph" && s.level != "op" && s.level != "full")
-        throw Error(file.string() + ": level is token, graph, op or full, not '" + s.level + "'");
+    if (s.level != "none" && s.level != "token" && s.level != "graph" && s.level != "op" && s.level != "full")
+        throw Error(file.string() + ": level is none (untraced: the program's own numbers), token, graph, op or full, not '" +
+                    s.level + "'");
     s.wait = t["wait"].value_or(std::string());
     if (!s.wait.empty() && (s.level != "full" || (s.wait != "exact" && s.wait != "sampled")))
         throw Error(file.string() + ": wait is exact or sampled, at level full only");

@@ -65,6 +65,7 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     const Table matmul_heldout = fit_matmul(c, groups);
     fit_offload(c);
     const Table decode_heldout = fit_decode(c, groups);
+    const Table roofs_heldout = fit_decode_roofs(c);
     fit_context(c);
     fit_moe(c);
     FitResult res;
@@ -72,6 +73,16 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
     OutputFile::write(out_dir / "matmul-heldout.csv", matmul_heldout.to_csv());
     OutputFile::write(out_dir / "decode-heldout.csv", decode_heldout.to_csv());
     res.written = {out_dir / "matmul-heldout.csv", out_dir / "decode-heldout.csv"};
+    if (!roofs_heldout.rows.empty()) {
+        OutputFile::write(out_dir / "decode-roofs-heldout.csv", roofs_heldout.to_csv());
+        res.written.push_back(out_dir / "decode-roofs-heldout.csv");
+        const auto speed_facts = study_facts(results_dir / "decode-speed");
+        const auto rounds = speed_facts.find("rounds");
+        for (const auto& f : draw_decode_roofs(out_dir, roofs_heldout,
+                                               machine_of(out_dir, board) + "; untraced, warm (decode-speed" +
+                                                   (rounds == speed_facts.end() ? "" : ", " + rounds->second + " rounds") + ")"))
+            res.written.push_back(f);
+    }
     for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout,
                                       heldout_caption(study, out_dir, board, facts)))
         res.written.push_back(f);

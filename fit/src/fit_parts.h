@@ -71,11 +71,15 @@ struct FitContext {
 Table fit_matmul(FitContext& c, const MatMulGroups& groups);  // out["matmul"]; returns the held-out predictions
 void fit_offload(FitContext& c);                               // out["matmul"]: the Vulkan line (vulkan-offload)
 Table fit_decode(FitContext& c, const MatMulGroups& groups);  // out["decode"]; returns the held-out models
+// out["decode_roofs"] (decode-speed study + machine.json): the held-out predictions
+Table fit_decode_roofs(FitContext& c);
 void fit_context(FitContext& c);                               // out["attention"] (across-tokens)
 void fit_moe(FitContext& c);                                   // out["moe"] (moe-experts, paper Fig. 13)
 // Predicted against measured for the held-out MatMuls and models: the figures it wrote.
 // CAPTION: the machine, level and rounds of the sweep (each figure adds its models).
 std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode,
                                    const std::string& caption);
+// The decode model in machine terms, held out (fit_decode_roofs' table): the figure it wrote.
+std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption);
 
 }  // namespace profinfer::fit

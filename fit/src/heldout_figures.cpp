@@ -101,4 +101,54 @@ std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul,
     return written;
 }
 
+std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption) {
+    Plotter plot(out_dir);
+    // Series: which check (each model, each thread count) at which thread count; the model
+    // names beside the points; the prediction's interval as a vertical bar.
+    std::map<std::string, std::vector<std::tuple<double, double, double, double, std::string>>> s;
+    double lo = INFINITY, hi = 0;
+    size_t not_drawn = 0;
+    for (const auto& r : heldout.rows) {
+        const double meas = r[heldout.column("measured_tps")].get<double>();
+        const auto& pred = r[heldout.column("predicted_tps")];
+        if (!pred.is_number()) {
+            ++not_drawn;
+            continue;
+        }
+        lo = std::min(lo, meas), hi = std::max(hi, meas);
+        s["held out: " + r[heldout.column("check")].get<std::string>() + ", " + threads_text(r[heldout.column("threads")].get<int64_t>())]
+            .push_back({meas, pred.get<double>(), r[heldout.column("lo_tps")].get<double>(), r[heldout.column("hi_tps")].get<double>(),
+                        r[heldout.column("model")].get<std::string>()});
+    }
+    auto f = plot.draw("decode-roofs-heldout", "Decode speed from the machine's roofs, measured vs predicted (held out)", [&](Gnuplot& gp) {
+        Plotter::caption(gp, caption + "; predicted: a·bytes/triad + b·ops/peak + c·layers + d fitted without the model "
+                                       "(each model) or without the thread count (each thread count); bars: the 95 % interval "
+                                       "predict prints" +
+                                 (not_drawn ? "; not drawn: " + std::to_string(not_drawn) + " predictions at or below 0" : ""));
+        gp << "set xlabel 'measured decode speed (tokens/s)'\nset ylabel 'predicted decode speed (tokens/s)'\nset logscale xy\n"
+              "set key inside top left box opaque\n"
+           << "set xrange [" << lo * 0.8 << ":" << hi * 1.4 << "]\nset yrange [" << lo * 0.8 << ":" << hi * 1.4 << "]\n";
+        std::string cmd = "plot ";
+        int i = 0;
+        for (const auto& [name, pts] : s)
+            cmd += std::string(i++ ? ", " : "") + "'-' using 1:2:3:4 with yerrorbars pt 7 title " + gnuplot_quote(name);
+        cmd += ", '-' using 1:2:3 with labels offset 0.5,-0.6 left font ',7' notitle";
+        cmd += ", '-' using 1:2 with lines lc rgb 'black' title 'exact', '-' using 1:2 with lines dt 2 lc rgb 'gray' title "
+               "'+/-15 %', '-' using 1:2 with lines dt 2 lc rgb 'gray' notitle";
+        gp << cmd << "\n";
+        std::vector<std::tuple<double, double, std::string>> labels;
+        for (const auto& [name, pts] : s) {
+            std::vector<std::tuple<double, double, double, double>> xy;
+            for (const auto& [x, y, l, h, m] : pts) {
+                xy.push_back({x, y, l, h});
+                if (name.find("each model") != std::string::npos) labels.push_back({x, y, m});
+            }
+            gp.send1d(xy);
+        }
+        gp.send1d(labels);
+        for (double k : {1.0, 1.15, 0.85}) gp.send1d(std::vector<std::pair<double, double>>{{lo * 0.9, lo * 0.9 * k}, {hi * 1.1, hi * 1.1 * k}});
+    });
+    return {f.png, f.svg};
+}
+
 }  // namespace profinfer::fit

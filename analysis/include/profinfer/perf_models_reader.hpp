@@ -123,6 +123,49 @@ public:
         return us / 1e3 + o.at("intercept").get<double>() + o.at("per_layer").get<double>() * layers;
     }
 
+    // The decode model in the machine's terms for a backend and weight type ("decode_roofs",
+    // fitted on the decode-speed study), or nullptr.
+    const nlohmann::json* decode_roofs_entry(const std::string& backend, const std::string& type) const {
+        for (const auto& e : list("decode_roofs"))
+            if (e.value("backend", "") == backend && e.value("type", "") == type) return &e;
+        return nullptr;
+    }
+
+    // A decode token's terms in the machine's units (ms at coefficient 1): the weight bytes it
+    // streams over the triad bandwidth, its MatMul operations (2 per multiply-add) over the
+    // peak of their kind, its layers, and 1 (the token's own fixed work). What belongs to the
+    // model (shapes, layers, bytes per weight) and what to the machine (TRIAD_GBS, PEAK_GOPS at
+    // the thread count: bench-machine's roofs) meet here only.
+    static std::vector<double> decode_terms(const std::vector<MatMulShape>& shapes, int layers, double weight_bytes_per_elem,
+                                            double triad_gbs, double peak_gops) {
+        double bytes = 0, ops = 0;
+        for (const auto& s : shapes) {
+            bytes += double(s.m) * double(s.k) * weight_bytes_per_elem * s.per_token;
+            ops += 2.0 * double(s.m) * double(s.k) * s.per_token;
+        }
+        return {bytes / (triad_gbs * 1e6), ops / (peak_gops * 1e6), double(layers), 1.0};
+    }
+
+    struct DecodeEstimate {
+        double ms = 0, lo_ms = 0, hi_ms = 0;  // per token, with the fit's 95 % prediction interval
+    };
+    // Decode time per token (ms) of a dense model on a machine with roofs TRIAD_GBS and
+    // PEAK_GOPS (of the entry's compute_kind) at the thread count, by the decode_roofs entry:
+    // Σ coefficient × term; the interval multiplies by exp(±log_half_width) (the held-out
+    // models' errors, so never ≤ 0). nullopt without an entry or with a roof ≤ 0.
+    std::optional<DecodeEstimate> decode_ms_on(const std::vector<MatMulShape>& shapes, int layers, const std::string& backend,
+                                               const std::string& type, double triad_gbs, double peak_gops) const {
+        const nlohmann::json* e = decode_roofs_entry(backend, type);
+        if (!e || !(triad_gbs > 0) || !(peak_gops > 0)) return std::nullopt;
+        const auto t = decode_terms(shapes, layers, e->at("weight_bytes_per_elem").get<double>(), triad_gbs, peak_gops);
+        const auto& c = e->at("coef");
+        double ms = 0;
+        for (size_t i = 0; i < t.size(); ++i) ms += c.at(i).get<double>() * t[i];
+        if (!(ms > 0)) return std::nullopt;
+        const double half = e->at("log_half_width").get<double>();
+        return DecodeEstimate{ms, ms * std::exp(-half), ms * std::exp(half)};
+    }
+
     // What CTX tokens of KV cache add to a decode step (ms) of a model with LAYERS layers of
     // HEADS query heads of HEAD_DIM, flash attention FA ("on" or "off"); nullopt without a
     // model for them.

@@ -25,6 +25,12 @@ struct LinearFit {
 LinearFit least_squares(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, std::vector<std::string> terms,
                         const Eigen::VectorXd& weights = Eigen::VectorXd());
 
+// The same, with every coefficient ≥ 0 (exact: the best of the least-squares fits on every
+// subset of the terms whose coefficients all come out ≥ 0; the others are 0). For the few
+// terms of a physical model (times that only add), P ≤ 12. Throws when no subset fits.
+LinearFit nonnegative_least_squares(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, std::vector<std::string> terms,
+                                    const Eigen::VectorXd& weights = Eigen::VectorXd());
+
 // The 0.975 quantile of Student's t with DOF degrees of freedom (Cornish–Fisher expansion;
 // within 0.1 % for DOF ≥ 3, exact in the limit).
 double t_quantile_975(double dof);

@@ -1,0 +1,237 @@
+#include "fit_parts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "profinfer/error.h"
+
+namespace profinfer::fit {
+
+// Decode speed in the machine's terms, so that it travels: time per token =
+//   a · (weight bytes a token streams) / triad  +  b · (its MatMul operations) / peak
+//   + c · layers + d,
+// the bytes and operations from the card (what belongs to the model), the triad bandwidth and
+// the peak of the weight type's arithmetic at the thread count from machine.json (what belongs
+// to the machine: bench-machine measures it on any machine in a minute). a and b are how far
+// llama.cpp's kernels stay from the roofs, c and d the per-layer and per-token work besides.
+// Fitted by nonnegative least squares for relative error over every model and thread count of
+// the decode-speed study (warm, untraced): the thread counts are what tells bandwidth from
+// arithmetic apart (bytes and operations grow together across the models of one type; triad
+// and peak do not grow together with threads). Checked leaving one model out and leaving one
+// thread count out; the interval a prediction carries is from the held-out models' errors.
+
+namespace {
+
+const std::vector<std::string> kTerms = {"stream", "ops", "per_layer_ms", "per_token_ms"};
+
+struct Speed {
+    std::string model;
+    int threads = 0;
+    double ms = 0;              // measured decode time per token (median over the rounds)
+    std::vector<double> terms;  // Models::decode_terms on the fitting machine
+};
+
+LinearFit fit_on(const std::vector<const Speed*>& pts) {
+    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(kTerms.size()));
+    Eigen::VectorXd y(Eigen::Index(pts.size())), w(Eigen::Index(pts.size()));
+    for (size_t i = 0; i < pts.size(); ++i) {
+        for (size_t j = 0; j < kTerms.size(); ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j];
+        y[Eigen::Index(i)] = pts[i]->ms, w[Eigen::Index(i)] = 1 / (pts[i]->ms * pts[i]->ms);
+    }
+    return nonnegative_least_squares(X, y, kTerms, w);
+}
+
+// Whether PTS tell every term apart (the design's rank): the models of one weight type at one
+// thread count do not — their bytes and operations stand in one ratio.
+bool identifiable(const std::vector<const Speed*>& pts) {
+    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(kTerms.size()));
+    for (size_t i = 0; i < pts.size(); ++i)
+        for (size_t j = 0; j < kTerms.size(); ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j] / pts[i]->ms;
+    Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(X);
+    qr.setThreshold(1e-9);
+    return qr.rank() == Eigen::Index(kTerms.size());
+}
+
+double predict(const LinearFit& f, const Speed& s) {
+    double ms = 0;
+    for (size_t j = 0; j < kTerms.size(); ++j) ms += f.coef[Eigen::Index(j)] * s.terms[j];
+    return ms;
+}
+
+double mean_of(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? NAN : s / double(v.size());
+}
+
+}  // namespace
+
+Table fit_decode_roofs(FitContext& c) {
+    auto& md = c.md;
+    auto& out = c.out;
+    const fs::path study = c.results_dir / "decode-speed";
+    Table tab{{"backend", "type", "check", "threads", "model", "measured_tps", "predicted_tps", "lo_tps", "hi_tps", "err_pct"}, {}};
+    out["decode_roofs"] = nlohmann::json::array();
+    md << "\n### Decode speed in the machine's terms (leave-one-model-out, leave-one-thread-count-out)\n\n";
+    if (!fs::exists(study / "points.csv")) {
+        md << "Not fitted: " << c.results_dir.string()
+           << " has no decode-speed study (experiments/specs/decode-speed.toml: warm, untraced decode speeds).\n";
+        return tab;
+    }
+    // The roofs of the machine that ran the points: the study's own machine.json where it has
+    // one (bench-machine run beside it), else the results directory's.
+    std::optional<MachineBench> own;
+    if (fs::exists(study / "machine.json")) own = MachineBench::load(study / "machine.json");
+    if (!own && !c.machine) {
+        md << "Not fitted: no machine.json beside the studies (profinfer bench-machine): the model is in the machine's roofs.\n";
+        return tab;
+    }
+    const MachineBench& machine = own ? *own : *c.machine;
+    const Table speeds = read_table(study / "points.csv");
+    const ModelCard::Scale scale = study_scale(study);
+    std::map<std::pair<std::string, std::string>, std::vector<Speed>> groups;  // backend, type
+    for (const auto& r : speeds.rows) {
+        const auto& tps = r[speeds.column("bench_tg_tps")];  // llama-bench's own tg speed (untraced)
+        if (!tps.is_number() || !(tps.get<double>() > 0)) continue;
+        const std::string model = text(r[speeds.column("model")]), type = text(r[speeds.column("type")]);
+        ModelCard card;
+        try {
+            card = ModelCard::load(model, scale);
+        } catch (const Error&) {
+            continue;  // no card: not predictable from hyperparameters
+        }
+        if (card.experts > 0) continue;
+        const int threads = std::stoi(text(r[speeds.column("threads")]));
+        const MachineRoof& roof = machine.at(threads);
+        if (roof.threads != threads) continue;  // the machine was not measured at this count
+        groups[{text(r[speeds.column("backend")]), type}].push_back(
+            {model, threads, 1000 / tps.get<double>(),
+             perf::Models::decode_terms(card_matmuls(card), int(card.layers), bytes_per_elem(type), roof.triad_gbs,
+                                        roof.peak_for(compute_kind_of(type)))});
+    }
+    md << "time per token = a · (weight bytes a token streams) / triad + b · (MatMul operations) / peak + c · layers + d, "
+          "bytes and operations from the card, triad and peak (of the type's arithmetic) at the thread count from "
+          << (own ? "decode-speed/machine.json" : "machine.json") << " (" << machine.cpu << "); nonnegative least squares for relative error on the decode-speed study "
+          "(warm, untraced, median over its rounds). Held out: each model (fitted on the others at every thread count), "
+          "each thread count (fitted on the others' points: it checks the machine terms carry the thread count). "
+          "Interval: × exp(±t·s), s the held-out models' log errors.\n\n"
+       << "| type | a (stream) | b (ops) | c ms/layer | d ms/token | points | held out | threads | mean error % | max error % | "
+          "inside interval |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (auto& [key, pts] : groups) {
+        const auto& [backend, type] = key;
+        std::set<std::string> models;
+        std::set<int> threads;
+        for (const auto& p : pts) models.insert(p.model), threads.insert(p.threads);
+        if (models.size() < 4) {
+            md << "| " << type << " | not fitted: " << models.size()
+               << " models (four or more: three to fit, one to check) | | | | | | | | | |\n";
+            continue;
+        }
+        std::vector<const Speed*> all;
+        for (const auto& p : pts) all.push_back(&p);
+        const LinearFit f = fit_on(all);
+        // Leave one model out: its every thread count predicted by a fit on the other models.
+        std::vector<double> log_err;
+        std::map<int, std::vector<double>> err_by_threads;
+        std::vector<std::tuple<const Speed*, double>> lomo;
+        for (const auto& m : models) {
+            std::vector<const Speed*> train;
+            for (const auto& p : pts)
+                if (p.model != m) train.push_back(&p);
+            const LinearFit g = fit_on(train);
+            for (const auto& p : pts)
+                if (p.model == m) {
+                    const double ms = predict(g, p);
+                    lomo.push_back({&p, ms});
+                    if (ms > 0) log_err.push_back(std::log(ms / p.ms));
+                }
+        }
+        double ss = 0;
+        for (double e : log_err) ss += e * e;
+        size_t active = 0;
+        for (Eigen::Index j = 0; j < f.coef.size(); ++j) active += f.coef[j] > 0;
+        const double dof = std::max(1.0, double(pts.size()) - double(active));
+        const double s = log_err.empty() ? NAN : std::sqrt(ss / double(log_err.size()));
+        const double half = t_quantile_975(dof) * s;
+        auto rows_of = [&](const std::string& check, const std::vector<std::tuple<const Speed*, double>>& preds) {
+            std::map<int, std::vector<double>> errs;
+            std::map<int, int> inside;
+            for (const auto& [p, ms] : preds) {
+                const double err = 100 * std::abs(ms - p->ms) / p->ms;
+                errs[p->threads].push_back(err);
+                const double lo = ms * std::exp(-half), hi = ms * std::exp(half);
+                inside[p->threads] += p->ms >= lo && p->ms <= hi;
+                tab.rows.push_back({backend, type, check, p->threads, p->model, 1000 / p->ms, ms > 0 ? nlohmann::json(1000 / ms) : nlohmann::json(nullptr),
+                                    ms > 0 ? nlohmann::json(1000 / hi) : nlohmann::json(nullptr),
+                                    ms > 0 ? nlohmann::json(1000 / lo) : nlohmann::json(nullptr), err});
+            }
+            nlohmann::json j = nlohmann::json::object();
+            for (const auto& [th, e] : errs) {
+                md << "| " << type << " | " << format_double(f.coef[0]) << " | " << format_double(f.coef[1]) << " | "
+                   << format_double(f.coef[2]) << " | " << format_double(f.coef[3]) << " | " << pts.size() << " | " << check
+                   << " | " << th << " | " << format_double(mean_of(e), "%.1f") << " | "
+                   << format_double(*std::max_element(e.begin(), e.end()), "%.1f") << " | " << inside[th] << " of " << e.size()
+                   << " |\n";
+                j[std::to_string(th)] = {{"mean_abs_err_pct", mean_of(e)},
+                                         {"max_abs_err_pct", *std::max_element(e.begin(), e.end())},
+                                         {"inside_interval", inside[th]},
+                                         {"n", e.size()}};
+            }
+            return j;
+        };
+        const nlohmann::json lomo_j = rows_of("each model", lomo);
+        // Leave one thread count out: the machine terms must carry what threads change.
+        nlohmann::json lotc_j = nlohmann::json::object();
+        if (threads.size() > 1) {
+            std::vector<std::tuple<const Speed*, double>> lotc;
+            for (int th : threads) {
+                std::vector<const Speed*> train;
+                for (const auto& p : pts)
+                    if (p.threads != th) train.push_back(&p);
+                if (!identifiable(train)) {
+                    const std::string why = "the other thread counts' points cannot tell the weight stream from the arithmetic "
+                                            "(one weight type at one thread count: bytes and operations grow in one ratio)";
+                    md << "| " << type << " | | | | | | each thread count | " << th << " | not testable: " << why << " | | |\n";
+                    lotc_j[std::to_string(th)] = {{"not_testable", why}};
+                    continue;
+                }
+                const LinearFit g = fit_on(train);
+                for (const auto& p : pts)
+                    if (p.threads == th) lotc.push_back({&p, predict(g, p)});
+            }
+            if (!lotc.empty()) lotc_j.update(rows_of("each thread count", lotc));
+        }
+        nlohmann::json roofs = nlohmann::json::array();
+        for (int th : threads)
+            roofs.push_back({{"threads", th}, {"triad_gbs", machine.at(th).triad_gbs},
+                             {"peak_gops", machine.at(th).peak_for(compute_kind_of(type))}});
+        double lo_mb = INFINITY, hi_mb = 0;
+        for (const auto& p : pts) {
+            const double mb = p.terms[0] * machine.at(p.threads).triad_gbs;  // ms × GB/s = MB
+            lo_mb = std::min(lo_mb, mb), hi_mb = std::max(hi_mb, mb);
+        }
+        out["decode_roofs"].push_back(
+            {{"backend", backend},
+             {"type", type},
+             {"method", "ms per token = coef · [weight bytes / (triad GB/s · 1e6), MatMul ops / (peak Gops/s · 1e6), layers, 1]; "
+                        "nonnegative least squares for relative error (decode-speed study)"},
+             {"terms", kTerms},
+             {"coef", std::vector<double>(f.coef.data(), f.coef.data() + f.coef.size())},
+             {"weight_bytes_per_elem", bytes_per_elem(type)},
+             {"compute_kind", compute_kind_of(type)},
+             {"log_half_width", half},
+             {"heldout_log_sd", s},
+             {"dof", dof},
+             {"fitted_on", {{"cpu", machine.cpu}, {"isa", machine.isa}, {"roofs", roofs}}},
+             {"range", {{"weight_mb", {lo_mb, hi_mb}}, {"threads", std::vector<int>(threads.begin(), threads.end())}}},
+             {"heldout", {{"each_model", lomo_j}, {"each_thread_count", lotc_j}}}});
+    }
+    if (out["decode_roofs"].empty() && groups.empty())
+        md << "Not fitted: the decode-speed study has no dense model with a card.\n";
+    return tab;
+}
+
+}  // namespace profinfer::fit
