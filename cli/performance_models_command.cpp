@@ -116,6 +116,7 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                 if (!est) throw Error("no prediction: the machine's roofs (triad " + format_double(triad) + " GB/s, peak " +
                                       format_double(peak) + " Gops/s) are not usable");
                 ms = est->ms, lo_ms = est->lo_ms, hi_ms = est->hi_ms;
+                // The weight MB a token streams: the stream term at a triad of 1e-6 GB/s is in bytes.
                 const double mb = perf::Models::decode_terms(shapes, int(c.layers), e->at("weight_bytes_per_elem").get<double>(), 1e-6, 1)[0] / 1e6;
                 const auto& range = e->at("range").at("weight_mb");
                 if (mb < range.at(0).get<double>() || mb > range.at(1).get<double>())
