@@ -5,6 +5,7 @@
 #include "profinfer/board.h"
 #include "profinfer/error.h"
 #include "profinfer/experiment_runner.h"
+#include "profinfer/probe_cost.h"
 #include "profinfer/study_summary.h"
 #include "profinfer/results_readme.h"
 #include "subcommands.h"
@@ -59,6 +60,15 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
                 if (here.name != *board)
                     throw Error("board '" + *board + "' is not this machine (this is '" + here.name + "': " + here.why +
                                 "); run it on the board, or add --dry-run to see its plan");
+            }
+            if (!*dry) {
+                // Which machine records the study, and what a uprobe trap costs on it (root and
+                // uprobes; unmeasured otherwise): its index keeps both, its README says them.
+                opt.machine = MachineFacts::read().identity();
+                try {
+                    opt.trap_ns = measure_probe_costs(0.3).trap_ns;
+                } catch (const Error&) {
+                }
             }
             auto rep = run_experiment(s, opt);
             if (*dry) return 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -207,11 +208,23 @@ MachineFacts MachineFacts::read(const fs::path& root) {
             m.cpu_parts[cpu] = lower(value(line));
         } else if (key == "model name") {
             m.cpu_models[cpu] = value(line);
+        } else if (cpu == 0 && (key == "cpu family" || key == "model" || key == "stepping")) {
+            m.x86_model += (m.x86_model.empty() ? "" : " ") + std::string(key == "cpu family" ? "family" : key) + " " + value(line);
+        } else if (cpu == 0 && (key == "flags" || key == "Features")) {
+            std::istringstream flags(" " + value(line) + " ");
+            std::set<std::string> have;
+            for (std::string f; flags >> f;) have.insert(f);
+            for (const char* isa : {"avx512f", "avx2", "avx", "sve2", "sve", "asimd"})
+                if (have.count(isa)) {
+                    m.vector_isa = isa;
+                    break;
+                }
         }
         if (key == "CPU architecture" && m.arch.empty()) m.arch = value(line) == "8" ? "aarch64" : "";
     }
     if (m.cpu_parts.empty()) throw Error((root / "proc/cpuinfo").string() + " lists no processor");
     m.device_model = trim(read_text(root / "proc/device-tree/model"));
+    m.kernel = trim(read_text(root / "proc/sys/kernel/osrelease"));
     std::istringstream meminfo(read_text(root / "proc/meminfo"));
     while (std::getline(meminfo, line))
         if (line.rfind("MemTotal:", 0) == 0) m.memory_bytes = std::stoull(line.substr(9)) * 1024;
@@ -221,6 +234,16 @@ MachineFacts MachineFacts::read(const fs::path& root) {
         else if (m.arch.empty()) m.arch = "x86_64";  // a fixture without an ARM "CPU architecture"
     }
     return m;
+}
+
+std::string MachineFacts::identity() const {
+    std::string id = cpu_description();
+    if (!x86_model.empty()) id += ", " + x86_model;
+    if (!vector_isa.empty()) id += ", " + vector_isa;
+    id += ", " + std::to_string(cpu_parts.size()) + (cpu_parts.size() == 1 ? " CPU" : " CPUs");
+    if (memory_bytes) id += ", " + std::to_string((memory_bytes + (1ull << 29)) >> 30) + " GiB";
+    if (!kernel.empty()) id += ", Linux " + kernel;
+    return id;
 }
 
 BoardMatch detect_board(const MachineFacts& facts, const std::vector<BoardProfile>& profiles) {

@@ -69,6 +69,29 @@ TEST(BoardDetect, CpusAreDescribedByModelNameOrArmParts) {
     EXPECT_EQ(unknown.cpu_description(), "1x part 0xfff");
 }
 
+// A machine's identity tells apart what its CPU name does not: two KVM guests both called
+// "AMD EPYC" (Zen 3 with AVX2, Zen 4 with AVX-512) recorded results/host's studies.
+TEST(BoardDetect, IdentityTellsMachinesOfOneNameApart) {
+    const auto x86 = MachineFacts::read(fixture("x86-kvm"));
+    EXPECT_EQ(x86.x86_model, "family 25 model 17");
+    EXPECT_EQ(x86.vector_isa, "avx2");
+    EXPECT_EQ(x86.kernel, "6.1.0-fixture");
+    const std::string id = x86.identity();
+    EXPECT_EQ(id.rfind("AMD EPYC, family 25 model 17, avx2, " + std::to_string(x86.cpu_parts.size()) + " CPUs, ", 0), 0u) << id;
+    EXPECT_NE(id.find("Linux 6.1.0-fixture"), std::string::npos) << id;
+    MachineFacts wider = x86;
+    wider.vector_isa = "avx512f";
+    EXPECT_NE(wider.identity(), id);
+    const auto arm = MachineFacts::read(fixture("orangepi5-plus"));
+    EXPECT_EQ(arm.x86_model, "");
+    EXPECT_EQ(arm.vector_isa, "asimd");
+    EXPECT_NE(arm.identity().find("asimd, 8 CPUs"), std::string::npos) << arm.identity();
+    // This machine: some identity, naming its CPUs' count.
+    const auto here = MachineFacts::read();
+    EXPECT_NE(here.identity().find(std::to_string(here.cpu_parts.size()) + (here.cpu_parts.size() == 1 ? " CPU" : " CPUs")),
+              std::string::npos);
+}
+
 // The paper's Table 3 events, as each Arm board profile encodes them, resolve to the ARMv8
 // PMU's event numbers through the same code record --counters uses.
 TEST(BoardProfiles, Table3CountersAreTheArmPmuEvents) {

@@ -30,6 +30,7 @@
 #include "profinfer/text_escape.h"
 #include "profinfer/model_cache.h"
 #include "profinfer/model_card.h"
+#include "profinfer/number_text.h"
 
 namespace fs = std::filesystem;
 
@@ -503,6 +504,27 @@ RunReport run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                           << "clone?): recording the study again\n";
                 break;
             }
+    // One machine per study: more rounds are recorded only on the machine the index names.
+    {
+        auto facts = index.facts();
+        bool work_left = traces_gone;
+        for (int round = 1; round <= rounds && !work_left; ++round)
+            for (const auto& p : points)
+                if (index.status(p.id(), round) != "done" && !missing.count(p.id())) work_left = true;
+        const bool recorded = !index.done_runs().empty() && !traces_gone;
+        if (!opt.machine.empty() && work_left) {
+            if (recorded && facts.count("machine") && facts["machine"] != opt.machine)
+                throw Error(spec.name + ": its recorded rounds are from another machine (" + facts["machine"] + "); this is " +
+                            opt.machine + ": more rounds here would mix two machines in one study. Record it again here "
+                            "(move " + (opt.out_dir / "index.db").string() + " away) or under a board name of its own "
+                            "(-o results/NAME/" + spec.name + ")");
+            if (recorded && !facts.count("machine"))
+                index.set_fact("machine_note", "rounds recorded before its index named the machine (2026-12-06): theirs is not known");
+            if (!recorded) index.set_fact("machine_note", "");
+            index.set_fact("machine", opt.machine);
+            if (std::isfinite(opt.trap_ns)) index.set_fact("trap_us", format_double(opt.trap_ns / 1000, "%.2f"));
+        }
+    }
     const int total = rounds * int(points.size());
     int k = 0, left = total;
     for (int round = 1; round <= rounds; ++round) {

@@ -36,6 +36,7 @@ struct Recorded {
 // What the index says of the study as a whole.
 struct StudyFacts {
     std::string board = "host";
+    std::string machine, machine_note, trap_us;  // the index's word on the machine that recorded it
     double recording_s = 0;  // the runs' own time, summed
 };
 

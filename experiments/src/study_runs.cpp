@@ -133,7 +133,11 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         points.push_back({p.id(), p.params, {}, {}});  // parameters as the sweep has them now
     }
     store::ExperimentIndex ix(index, store::ExperimentIndex::Mode::Read);
-    if (auto f = ix.facts(); f.count("board")) facts.board = f["board"];
+    {
+        auto f = ix.facts();
+        if (f.count("board")) facts.board = f["board"];
+        facts.machine = f["machine"], facts.machine_note = f["machine_note"], facts.trap_us = f["trap_us"];
+    }
     for (const auto& run : ix.done_runs()) {
         auto it = at.find(run.id);
         if (it == at.end()) continue;  // the other sweep's point

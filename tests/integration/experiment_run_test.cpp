@@ -11,6 +11,8 @@
 #include <map>
 #include <set>
 
+#include "profinfer/board.h"
+#include "profinfer/experiment_index.h"
 #include "profinfer/stats.h"
 #include "profinfer/store.h"
 #include "test_support.h"
@@ -232,6 +234,44 @@ std::string with_gen(std::string spec, const std::string& gen) {
 
 bool gone(pid_t pid) { return state_of(pid) == 0 || state_of(pid) == 'Z'; }
 }  // namespace
+
+// One machine per study: the index names the machine that recorded it (and the README says
+// it); more rounds of a study recorded elsewhere are refused in one line, while a study with
+// nothing left to record is summarised wherever it is.
+TEST(ExperimentRun, AStudyIsNotResumedOnAnotherMachine) {
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "one-machine"
+title = "One machine"
+level = "none"
+scale = "tiny"
+[sweep]
+model = ["llama3.2-1b"]
+type = ["f16"]
+threads = [1]
+prompt = [0]
+gen = [4]
+tracer = ["none"]
+[figure]
+x = "threads"
+metrics = ["bench_tg_tps"]
+)";
+    const fs::path out = d / "out";
+    auto first = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    ASSERT_EQ(first.status, 0) << first.err;
+    const std::string here = MachineFacts::read().identity();
+    auto facts = store::ExperimentIndex(out / "index.db", store::ExperimentIndex::Mode::Read).facts();
+    EXPECT_EQ(facts["machine"], here);
+    EXPECT_EQ(facts["machine_note"], "");
+    EXPECT_NE(read_file(out / "table.md").find("Machine: " + here), std::string::npos) << read_file(out / "table.md");
+    store::ExperimentIndex(out / "index.db", store::ExperimentIndex::Mode::Write).set_fact("machine", "another machine");
+    auto more = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"});
+    expect_one_line_failure(more, "its recorded rounds are from another machine (another machine); this is " + here);
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done'"), 1);
+    auto nothing_left = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    EXPECT_EQ(nothing_left.status, 0) << nothing_left.err;
+    EXPECT_NE(read_file(out / "table.md").find("Machine: another machine"), std::string::npos);
+}
 
 // One run per results folder: a second `experiment run` on a folder in use is refused in
 // one line naming the holder; the first goes on and records every point once.

@@ -63,7 +63,14 @@ struct MachineFacts {
     std::vector<std::string> cpu_models;  // per CPU, model name where given
     std::string device_model;             // /proc/device-tree/model, "" without one
     uint64_t memory_bytes = 0;            // MemTotal
+    std::string x86_model;                // "family F model M stepping S" of the first CPU (x86), else ""
+    std::string vector_isa;               // the widest vector unit the flags name (avx512f, avx2, avx, sve, asimd), or ""
+    std::string kernel;                   // the kernel's release (proc/sys/kernel/osrelease)
     static MachineFacts read(const std::filesystem::path& root = "/");
+    // Which machine this is, as one line a study's index keeps (its rounds come from one
+    // machine): the CPUs, their x86 family/model/stepping, vector unit, count, memory and the
+    // kernel — two VMs both called "AMD EPYC" differ here (Zen 3 with AVX2, Zen 4 with AVX-512).
+    std::string identity() const;
     // What the CPUs are, for captions and machine.json: the model name where cpuinfo gives
     // one (x86), else the CPUs by ARM part ("4x Cortex-A76 (0xd0b)") and the device model.
     std::string cpu_description() const;

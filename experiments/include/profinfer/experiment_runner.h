@@ -1,4 +1,5 @@
 #pragma once
+#include <cmath>
 // Running a study: each sweep point a llama.cpp workload, recorded by `profinfer record` into
 // its own trace DB (or run alone, or by a peer), in interleaved rounds, listed in the study's
 // index DB (index.db: point parameters → DB, status, command, timings, the program's own
@@ -30,6 +31,11 @@ struct RunOptions {
     std::string counters;
     std::vector<std::string> backends;
     std::string backend_notes;
+    // The machine recording (MachineFacts::identity; empty: not checked) and its uprobe trap
+    // (ns, probe-cost measure; NAN: not measured): a study's index keeps both, and a study
+    // recorded on one machine is not resumed on another (its rounds would mix the two).
+    std::string machine;
+    double trap_ns = NAN;
 };
 
 // What a point needs that this machine (or its board's profile) does not have; empty when it can run. With
