@@ -135,7 +135,6 @@ Table fit_decode_roofs(FitContext& c) {
         const LinearFit f = fit_on(all);
         // Leave one model out: its every thread count predicted by a fit on the other models.
         std::vector<double> log_err;
-        std::map<int, std::vector<double>> err_by_threads;
         std::vector<std::tuple<const Speed*, double>> lomo;
         for (const auto& m : models) {
             std::vector<const Speed*> train;

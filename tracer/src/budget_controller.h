@@ -110,8 +110,7 @@ public:
         // were charged against a stale one).
         if (after_window_ && since_switch_ <= kAftermath) return Action::None;
         if (credit_ < window_cost()) return Action::None;
-        if (window_.open)  // what the last window used, the budget it earned meanwhile included
-        {
+        if (window_.open) {  // what the last window used, the budget it earned meanwhile included
             // Averaged over the last windows (weight 1/4 each new one): one window's cost, summed
             // over ~10 calls charged against one base, varies by a third of a call at ±8 %, and
             // a single high one would hold the next window back.
