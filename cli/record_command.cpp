@@ -75,13 +75,18 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                                       "--level op-sampled (default: the kernel's scheduler tick, HZ a second at no cost of its own; a rate "
                                       "given here uses a timer of its own, whose cost profinfer estimate measures)")
                           ->check(CLI::Range(1, 20000));
-    auto consumer = std::make_shared<std::string>("idle");
+    auto consumer = std::make_shared<std::string>("auto");
     cmd->add_option("--consumer", *consumer,
-                    "Priority of profinfer's own reading and writing while the target runs: idle (SCHED_IDLE, "
-                    "raised whenever the ring buffer is an eighth full or the target waits for it; the trace DB then "
-                    "lags behind the run and catches up at its end; normal with --qos-min-tps) or normal (the DB follows the run live, at the "
-                    "cost of CPU time the target's threads may need)")
-        ->check(CLI::IsMember({"idle", "normal"}))
+                    "How profinfer's own reading and writing share the CPUs with the target: hold (the records "
+                    "read at once, held in memory — up to 256 MB — while the CPUs profinfer may run on are busy, "
+                    "stored into the trace DB while a quarter of one sits idle, when the hold is full and at the "
+                    "end: SQLite's ~1 µs per operator record off a machine the target's threads fill; a recorder "
+                    "killed outright loses what it held, counted in lost_events), idle (stored as read, at "
+                    "SCHED_IDLE, raised whenever the ring buffer is a sixteenth full or the target waits for it; "
+                    "normal priority with --qos-min-tps or --budget), normal (the DB follows the run live, at the "
+                    "cost of CPU time the target's threads may need), auto: hold at --level op and full, idle "
+                    "otherwise")
+        ->check(CLI::IsMember({"auto", "hold", "idle", "normal"}))
         ->capture_default_str();
     cmd->add_flag("-q,--quiet", opts->quiet, "No summary on stderr");
     cmd->add_flag("--stop-with-parent", opts->stop_with_parent,
@@ -115,11 +120,13 @@ void add_record(CLI::App& app, std::function<int()>& action) {
         const bool pid_given = pid_opt->count() > 0;
         if (sample_hz->count() > 0) opts->op_sample_hz = opts->sample_hz, opts->op_sample_on_tick = false;
         if (!memory_limit->empty()) opts->memory_limit = parse_memory_size(*memory_limit);
-        opts->idle_consumer = *consumer == "idle";
+        opts->idle_consumer = *consumer != "normal";
         opts->wait = parse_wait_method(*wait);
         if (mb->count() > 0) opts->buffer_kb = *buffer_mb << 10;
-        action = [opts, level, pid, pid_given, peers] {
+        action = [opts, level, pid, pid_given, peers, consumer] {
             opts->level = parse_trace_level(*level);
+            opts->hold = *consumer == "hold" ||
+                         (*consumer == "auto" && (opts->level == TraceLevel::Op || opts->level == TraceLevel::Full));
             // A board's own counters at --level full (an unknown board is refused, listing the
             // known ones); the other levels read counters only when --counters asks.
             if (opts->board != "host") {

@@ -37,22 +37,25 @@ Interval median_interval(const std::vector<double>& values) {
     return out;
 }
 
-Interval ratio_interval(const ByRound& a, const ByRound& b) {
+namespace {
+// A against B by OP, paired by round where they were measured in the same rounds.
+template <class Op>
+Interval paired_interval(const ByRound& a, const ByRound& b, Op op) {
     Interval out;
     // Paired when every round of the side with fewer is a round of the other (a run that
     // failed leaves its round out of the pair, not the pairing out of the comparison).
     std::vector<double> each;
     for (const auto& [r, v] : a)
-        if (auto it = b.find(r); it != b.end()) each.push_back(v / it->second);
+        if (auto it = b.find(r); it != b.end()) each.push_back(op(v, it->second));
     if (!each.empty() && each.size() == std::min(a.size(), b.size())) {
-        // Each round's own ratio: what drifts between rounds is in both of its sides.
+        // Each round's own comparison: what drifts between rounds is in both of its sides.
         return median_interval(each);
     }
     std::vector<double> va, vb;
     for (const auto& [r, v] : a) va.push_back(v);
     for (const auto& [r, v] : b) vb.push_back(v);
     out.n = std::min(va.size(), vb.size());
-    out.median = median_of(va) / median_of(vb);
+    out.median = op(median_of(va), median_of(vb));
     if (out.n < kMinRoundsForInterval) return out;
     StableRandom rng{1};
     std::vector<double> estimates, sa(va.size()), sb(vb.size());
@@ -60,10 +63,19 @@ Interval ratio_interval(const ByRound& a, const ByRound& b) {
     for (int i = 0; i < kResamples; ++i) {
         for (auto& s : sa) s = va[rng.below(va.size())];
         for (auto& s : sb) s = vb[rng.below(vb.size())];
-        estimates.push_back(median_of(sa) / median_of(sb));
+        estimates.push_back(op(median_of(sa), median_of(sb)));
     }
     percentile_bounds(estimates, out);
     return out;
+}
+}  // namespace
+
+Interval ratio_interval(const ByRound& a, const ByRound& b) {
+    return paired_interval(a, b, [](double x, double y) { return x / y; });
+}
+
+Interval difference_interval(const ByRound& a, const ByRound& b, double factor) {
+    return paired_interval(a, b, [factor](double x, double y) { return x - factor * y; });
 }
 
 std::string to_string(Verdict v) {

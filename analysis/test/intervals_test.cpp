@@ -1,6 +1,7 @@
 // The intervals every study's tables and verdicts rest on, against data with known answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "profinfer/intervals.h"
@@ -94,6 +95,39 @@ TEST(Intervals, PairedRatioIsTheMedianOfEachRoundsRatio) {
     EXPECT_LT(paired.hi, 1.0);
     EXPECT_GT(paired.lo, 0.95);
     EXPECT_EQ(judge(paired, 1.0, false), Verdict::Reproduced);
+}
+
+// A − 1.2 × B per round where B crosses 0 from round to round (a slowdown of ~1 % inside its
+// noise): the difference stays finite and, paired, carries none of the shared drift.
+TEST(Intervals, PairedDifferenceIsTheMedianOfEachRoundsDifference) {
+    std::mt19937 rng(7);
+    std::normal_distribution<double> drift(0, 1.0), jitter(0, 0.05);
+    ByRound op, floor;
+    for (int r = 1; r <= 20; ++r) {
+        const double d = drift(rng);  // both sides of a round moved by it
+        floor[r] = 0.5 + d + jitter(rng);
+        op[r] = 0.5 + 0.3 + d + jitter(rng);  // 0.3 points above the floor
+    }
+    ASSERT_TRUE(std::any_of(floor.begin(), floor.end(), [](const auto& x) { return x.second <= 0; }));
+    std::vector<double> each;
+    for (const auto& [r, v] : op) each.push_back(v - 1.2 * floor.at(r));
+    const Interval paired = difference_interval(op, floor, 1.2);
+    EXPECT_DOUBLE_EQ(paired.median, median_of(each));
+    ASSERT_TRUE(paired.has_interval());
+    const Interval plain = difference_interval(op, floor);
+    EXPECT_GT(plain.lo, 0.2);  // drift cancelled: 0.3 ± a few hundredths
+    EXPECT_LT(plain.hi, 0.4);
+    EXPECT_EQ(judge(plain, 0, false), Verdict::NotReproduced) << "op is above the floor here";
+    ByRound shifted;  // not the same rounds: medians, each side resampled on its own
+    for (const auto& [r, v] : floor) shifted[r + 100] = v;
+    const auto values = [](const ByRound& b) {
+        std::vector<double> v;
+        for (const auto& [r, x] : b) v.push_back(x);
+        return v;
+    };
+    const Interval apart = difference_interval(op, shifted);
+    EXPECT_NEAR(apart.median, median_of(values(op)) - median_of(values(floor)), 1e-12);
+    EXPECT_GT(apart.hi - apart.lo, plain.hi - plain.lo) << "unpaired, the drift is back in the interval";
 }
 
 TEST(Intervals, JudgeNeedsTheWholeIntervalOnOneSide) {

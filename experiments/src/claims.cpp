@@ -61,7 +61,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
         std::map<std::string, const PointSamples*> as, bs;
         for (const auto& p : points) {
             if (p.matches(c.a)) as[group_name(p.params, points, c.a, c.b)] = &p;
-            if (!c.value && p.matches(c.b)) bs[group_name(p.params, points, c.a, c.b)] = &p;
+            if ((!c.value || c.difference) && p.matches(c.b)) bs[group_name(p.params, points, c.a, c.b)] = &p;
         }
         if (as.empty()) {
             out.push_back({&c, "", Interval{}, Verdict::NotTestable,
@@ -71,7 +71,16 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
         for (const auto& [group, a] : as) {
             ClaimResult r{&c, group, Interval{}, Verdict::NotTestable, ""};
             const ByRound& av = a->of(c.metric);
-            if (c.value) {
+            if (c.difference) {
+                const auto b = bs.find(group);
+                const ByRound* bv = b == bs.end() ? nullptr : &b->second->of(c.metric_b.empty() ? c.metric : c.metric_b);
+                if (!bv)
+                    r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
+                else if (av.empty() || bv->empty())
+                    r.reason = std::string(av.empty() ? "a" : "b") + " was not measured";
+                else
+                    r.estimate = difference_interval(av, *bv, c.factor), r.verdict = judge(r.estimate, *c.value, c.expect_greater);
+            } else if (c.value) {
                 std::vector<double> v;
                 for (const auto& [round, x] : av) v.push_back(x);
                 r.estimate = median_interval(v);

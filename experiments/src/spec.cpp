@@ -53,7 +53,7 @@ void check_file_name_part(const std::string& v, const std::string& what) {
 // The programs a point can run, and the tracers it can run under (docs/experiments.md).
 bool known_tracer(const std::string& t) {
     static const std::set<std::string> kTracers = {
-        "level", "none", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
+        "level", "none", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
         "bpftrace-stream", "op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired",
         "evalcb", "dump-dot", "ort-profile"};
     if (kTracers.count(t)) return true;
@@ -164,16 +164,22 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     if (auto v = t["value"].value<double>()) c.value = *v;
     const std::string expect = t["expect"].value_or(std::string());
     const std::string other = c.value ? "value" : "b";
-    if (expect == "a > " + other)
+    if (expect == "a - b > value" || expect == "a - b < value") {
+        if (!c.value) throw Error(where + ": expect \"" + expect + "\" needs value (the difference it is held against)");
+        c.difference = true;
+        c.expect_greater = expect[6] == '>';
+    } else if (expect == "a > " + other) {
         c.expect_greater = true;
-    else if (expect == "a < " + other)
+    } else if (expect == "a < " + other) {
         c.expect_greater = false;
-    else
-        throw Error(where + ": expect is \"a > " + other + "\" or \"a < " + other + "\", not '" + expect + "'");
-    if (!c.value && c.a.empty() && c.b.empty() && c.metric_b.empty())
+    } else {
+        throw Error(where + ": expect is \"a > " + other + "\", \"a < " + other + "\"" +
+                    (c.value ? ", \"a - b > value\" or \"a - b < value\"" : "") + ", not '" + expect + "'");
+    }
+    if ((!c.value || c.difference) && c.a.empty() && c.b.empty() && c.metric_b.empty())
         throw Error(where + ": a and b select the same points: give a, b or metric_b");
     if (t["factor"]) {
-        if (c.value) throw Error(where + ": factor goes with b, not with value");
+        if (c.value && !c.difference) throw Error(where + ": factor goes with b, not with value");
         c.factor = t["factor"].value_or(0.0);
         if (!(c.factor > 0)) throw Error(where + ": factor must be a positive number");
     }
@@ -187,11 +193,12 @@ Claim read_claim(const toml::table& t, const std::string& where) {
 
 std::string Claim::expectation() const {
     std::string f;
-    if (!value && factor != 1) {
+    if ((!value || difference) && factor != 1) {
         char b[32];
         std::snprintf(b, sizeof b, " %g ×", factor);
         f = b;
     }
+    if (difference) return std::string("a −") + f + " b " + (expect_greater ? ">" : "<") + " value";
     return std::string("a ") + (expect_greater ? ">" : "<") + f + (value ? " value" : " b");
 }
 

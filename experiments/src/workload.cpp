@@ -120,6 +120,8 @@ Recording recording_of(const std::string& tracer, const std::string& spec_level)
     if (tracer.rfind("budget-", 0) == 0) return {"op", {"--budget", tracer.substr(7)}};
     // The consumer's SQLite work held until the target has stopped.
     if (tracer == "op-defer") return {"op", {"--defer-mb", "512"}};
+    // Stored as read, at SCHED_IDLE (op's default before --consumer hold, 2026-12-06).
+    if (tracer == "op-idle") return {"op", {"--consumer", "idle"}};
     // op-sampled on a timer of its own at the rate its default used before the tick.
     if (tracer == "op-sampled-timer") return {"op-sampled", {"--sample-hz", "250"}};
     // The decomposition of op's cost: probes that trap and return, or do all but send.
@@ -204,10 +206,10 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
     static const std::set<std::string> kTracers = {"none",     "bpftrace",  "token",   "graph",   "op-sampled",
                                                    "op",       "full",      "op-trap", "op-nosend", "op-defer",
-                                                   "noprobe",  "noprobe-apart", "op-sampled-timer"};
+                                                   "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer"};
     if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
         throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
-                    "budget-P, op-trap, op-nosend, op-defer, noprobe, noprobe-apart, op-sampled-timer or bpftrace (the "
+                    "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer or bpftrace (the "
                     "floor), not " + tracer);
     std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
                                         evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),

@@ -302,6 +302,37 @@ TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
         }
 }
 
+// "a - b < value" (factor: a − factor × b): each round's difference, paired, judged against
+// value — testable where b crosses 0 (a ratio to it is not), and read back as written.
+TEST(ExperimentSpec, ADifferenceClaimIsJudgedWhereARatioCannotBe) {
+    TempDir d;
+    const std::string text = std::string(kClaims) + R"(
+[[claim]]
+says = "Deep context costs at most 1.2 times the shallow one, plus 5"
+metric = "decode_tps"
+a = { ctx = 2048 }
+b = { ctx = 0 }
+factor = 1.2
+value = 5
+expect = "a - b < value"
+)";
+    const auto s = ExperimentSpec::load(write_spec(d, text));
+    ASSERT_EQ(s.claims.size(), 4u);
+    EXPECT_TRUE(s.claims[3].difference);
+    EXPECT_EQ(s.claims[3].expectation(), "a − 1.2 × b < value");
+    auto points = synthetic(s, 10, 10);
+    for (auto& p : points)  // b crosses 0 in one round: a ratio claim would be not testable
+        if (p.params.at("ctx") == "0") p.metrics["decode_tps"].begin()->second = 0;
+    for (const auto& r : evaluate_claims(s, points, Testbed{2, false})) {
+        if (r.claim != &s.claims[3]) continue;
+        // 30 − 1.2 × 40 = −18 per round (−18 ± noise; the zeroed round: 30 − 0 = 30): under 5.
+        EXPECT_EQ(r.verdict, Verdict::Reproduced) << r.group << ": " << r.estimate.median;
+        EXPECT_NEAR(r.estimate.median, -18, 2.5) << r.group;
+    }
+    std::string no_value = text.substr(0, text.rfind("value = 5")) + "expect = \"a - b < value\"\n";
+    EXPECT_THROW(ExperimentSpec::load(write_spec(d, no_value)), Error) << "a difference needs value";
+}
+
 // A ratio claim whose b is not above 0 in every round (a slowdown within its noise) is not
 // testable, saying why, rather than judged on ratios that swing through ±∞.
 TEST(ExperimentSpec, ARatioToAValueThatCrossesZeroIsNotTestable) {

@@ -356,6 +356,58 @@ TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
             << r.err;
 }
 
+// --consumer hold (the default at --level op): the records wait in memory while the CPUs
+// are busy and are stored once a CPU sits idle — before the target ends. The target stops
+// itself after call K (GRAPH_DUMP_STOP_AFTER) while a spinning process fills every CPU:
+// after 3 s the trace holds no call; the spinners stopped, the CPUs idle and the K + 1 calls
+// are stored while the target still sits stopped (at --consumer idle they were not, within
+// 30 s: read, but left in a transaction no wake-up came to commit). Resumed, the target ends
+// with every call and operator stored, nothing lost.
+TEST(RecordLimits, HoldStoresOnceACpuSitsIdle) {
+    PROFINFER_REQUIRE_BPF();
+    Subreaper reaper;
+    constexpr int kStopAfter = 10, kCalls = 24;
+    TempDir d;
+    const fs::path db = d / "run.db";
+    CpuHogs hogs;
+    const std::string dump = "GRAPH_DUMP_STOP_AFTER=" + std::to_string(kStopAfter) + " " + graph_dump_bin().string() +
+                             " " + tiny_model("llama3.2-1b").string() + " 'Hello world' " + std::to_string(kCalls) +
+                             " 2 --no-callback; :";
+    pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "-o", db.string(), "--", "/bin/sh", "-c", dump},
+                      d / "out", d / "err");
+    KillAtExit cleanup;
+    cleanup.add(rec);
+    const std::string last = "{\"call\":" + std::to_string(kStopAfter) + "}";
+    ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find(last) != std::string::npos; }, std::chrono::seconds(120)))
+        << read_file(d / "err");
+    const pid_t shell = launched_child(rec, "sh");
+    ASSERT_GT(shell, 0);
+    const auto dumps = children_of(shell);
+    ASSERT_EQ(dumps.size(), 1u);
+    const pid_t target = dumps[0];
+    cleanup.add(target);
+    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, std::chrono::seconds(30)));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    EXPECT_EQ(scalar_or_zero(db, "SELECT count(*) FROM tokens"), 0) << "stored while every CPU was busy";
+    hogs.stop();
+    EXPECT_TRUE(wait_until([&] { return scalar_or_zero(db, "SELECT count(*) FROM tokens") == kStopAfter + 1; },
+                           std::chrono::seconds(30)))
+        << "the calls held were not stored once the CPUs sat idle: "
+        << scalar_or_zero(db, "SELECT count(*) FROM tokens") << " of " << kStopAfter + 1;
+    EXPECT_EQ(state_of(target), 'T') << "stored only because the target ended";
+    kill(target, SIGCONT);
+    const auto status = reap(rec, std::chrono::seconds(120));
+    ASSERT_TRUE(status);
+    EXPECT_EQ(*status, 0) << read_file(d / "err");
+    store::Database t(db, store::Database::Mode::ReadOnly);
+    EXPECT_EQ(t.meta()[store::MetaKey::Status], "complete");
+    EXPECT_EQ(t.meta()[store::MetaKey::Consumer], "hold, idle");
+    EXPECT_EQ(t.scalar("SELECT count(*) FROM tokens"), kCalls);
+    EXPECT_EQ(t.scalar("SELECT coalesce(sum(count), 0) FROM lost_events"), 0);
+    EXPECT_EQ(t.scalar("SELECT count(DISTINCT graph_seq) FROM ops"), t.scalar("SELECT count(*) FROM graphs WHERE api = 'cpu'"))
+        << "a CPU graph without operators";
+}
+
 // --defer-mb: the records wait in memory while the target decodes and are stored when it
 // has ended — every one of them: the same calls and operators as a recording that stores as
 // it goes. Sampled while the target runs (a shell runs it, then marks it done and waits a

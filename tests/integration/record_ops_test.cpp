@@ -395,8 +395,10 @@ TEST(RecordAttach, PidAttachRecordsTheFollowingTokens) {
     // Decoding is under way once the first decode call's nodes are out.
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2") != std::string::npos; },
                            std::chrono::seconds(60)));
-    pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "-o", (d / "run.db").string(), "--pid",
-                       std::to_string(target)},
+    // --consumer idle: stored as read, so that the trace shows the calls as they come (held
+    // while the two decode threads fill the CPUs, --level op's default stores at the end).
+    pid_t rec = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "idle", "-o", (d / "run.db").string(),
+                       "--pid", std::to_string(target)},
                       d / "rec.out", d / "rec.err");
     const bool enough = wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") >= 60; },
                                    std::chrono::seconds(300));

@@ -159,7 +159,13 @@ TEST(TargetSafety, KillNineWhileAttachedLetsTheProcessFinish) {
     pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello world", "100000", "2", "--no-callback"},
                          d / "out");
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s)) << "the target never started decoding";
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
+    KillAtExit cleanup;  // a failed assertion leaves no decode spinning under the next tests
+    cleanup.add(target);
+    // --consumer idle: stored as read, so that the trace says when the recorder is in (held
+    // while the two decode threads fill the CPUs, --level op's default would store at the end).
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "idle", "-o", d / "run.db", "--pid",
+                        std::to_string(target)});
+    cleanup.add(prof);
     // Ready once it has stored decode calls.
     ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
     kill(prof, SIGKILL);
@@ -579,7 +585,9 @@ TEST(TargetSafety, AUserStoppedTargetStaysStoppedWhenProfinferDies) {
     KillAtExit cleanup;
     cleanup.add(target);
     ASSERT_TRUE(wait_until([&] { return calls_printed(d / "out") >= 2; }, 60s));
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "-o", d / "run.db", "--pid", std::to_string(target)});
+    // --consumer idle: the trace says when the recorder is in (see KillNineWhileAttached…).
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", "op", "--consumer", "idle", "-o", d / "run.db", "--pid",
+                        std::to_string(target)});
     ASSERT_TRUE(wait_until([&] { return scalar_or_zero(d / "run.db", "SELECT count(*) FROM tokens") > 0; }, 60s));
     user_stops_then_profinfer_dies(target, prof, d / "run.db");
     if (::testing::Test::HasFatalFailure()) return;

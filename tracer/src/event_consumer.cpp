@@ -110,21 +110,38 @@ int EventConsumer::handle(const void* data, size_t size) {
     return 0;
 }
 
-void EventConsumer::flush() {
-    struct Clear {  // stored or not (a failure stops the recording), never stored twice
-        std::vector<unsigned char>& v;
-        uint64_t* held;
-        ~Clear() {
-            v.clear();
-            if (held)  // stored, or counted in not_stored by the recorder itself
-                for (size_t k = 0; k < PI_EV_KIND_MAX; ++k) __atomic_store_n(&held[k], 0, __ATOMIC_RELAXED);
+void EventConsumer::flush() { store_held(std::chrono::steady_clock::time_point::max()); }
+
+bool EventConsumer::store_held(std::chrono::steady_clock::time_point until) {
+    // Stored or not (a failure stops the recording), never stored twice: what is done goes
+    // out of the hold as it leaves this function, however it leaves it.
+    struct Done {
+        EventConsumer& c;
+        size_t& at;
+        bool failed = false;
+        ~Done() {
+            if (failed || at >= c.deferred_.size()) {
+                c.deferred_.clear();
+                c.held_from_ = 0;
+                if (c.held_)  // stored, or counted in not_stored by the recorder itself
+                    for (size_t k = 0; k < PI_EV_KIND_MAX; ++k) __atomic_store_n(&c.held_[k], 0, __ATOMIC_RELAXED);
+                return;
+            }
+            c.held_from_ = at;
+            if (c.held_from_ > c.deferred_.size() / 2) {  // the stored front given back, now and then
+                c.deferred_.erase(c.deferred_.begin(), c.deferred_.begin() + std::ptrdiff_t(c.held_from_));
+                c.held_from_ = 0;
+            }
         }
-    } clear{deferred_, held_};
+    };
     // Small steps: on a nearly full disk what fits is kept (a 400 KB tmpfs kept 0 calls when
     // everything went in one transaction, and still 0 in 256-KB steps); a commit in the
     // write-ahead log costs no sync.
     constexpr size_t kStoreEvery = 32 << 10;
-    size_t at = 0, at_stored = 0, since_stored = 0;
+    size_t at = held_from_, at_stored = held_from_, since_stored = 0;
+    Done done{*this, at_stored};
+    const bool timed = until != std::chrono::steady_clock::time_point::max();
+    unsigned since_clock = 0;
     try {
         while (at + kHeldHead <= deferred_.size()) {
             uint32_t n;
@@ -135,9 +152,11 @@ void EventConsumer::flush() {
                 since_pause_ = 0;
                 between_();
             }
-            if (stored_ && (since_stored += n) >= kStoreEvery) {
+            const bool step = (since_stored += n) >= kStoreEvery;
+            const bool out_of_time = timed && (++since_clock & 255) == 0 && std::chrono::steady_clock::now() >= until;
+            if ((stored_ && step) || out_of_time) {
                 since_stored = 0;
-                stored_();
+                if (stored_) stored_();
                 for (size_t k = at_stored; k < at;) {  // no longer held: stored for good
                     uint32_t m;
                     std::memcpy(&m, deferred_.data() + k, sizeof m);
@@ -145,12 +164,16 @@ void EventConsumer::flush() {
                     k += held_stride(m);
                 }
                 at_stored = at;
+                if (out_of_time) return at < deferred_.size();
             }
         }
         if (stored_ && since_stored) stored_();  // the tail too: nothing counted held is stored uncommitted
+        at_stored = at;
+        return false;
     } catch (const Error& e) {
         // From the last step stored on: that step's transaction goes whole (a full disk may or
         // may not have rolled it back), and its records are counted, by kind, as lost.
+        done.failed = true;
         writer_.rollback();
         uint64_t records = 0;
         for (size_t k = at_stored; k + kHeldHead <= deferred_.size();) {
@@ -160,7 +183,7 @@ void EventConsumer::flush() {
             k += held_stride(n);
             ++records;
         }
-        throw Error(std::string(e.what()) + " while storing the records held for --defer-mb; " + std::to_string(records) +
+        throw Error(std::string(e.what()) + " while storing the records held in memory; " + std::to_string(records) +
                     " records not stored (counted lost), " + std::to_string(not_stored_[PI_EV_TOKEN]) +
                     " of them llama_decode calls");
     }
@@ -185,7 +208,7 @@ bool EventConsumer::drain() {
             continue;
         }
         if (n < 0 && n != -EINTR && !yielded_) throw Error(std::string("reading the ring buffer: ") + std::strerror(-n));
-        if (defer_cap_ && deferred_.size() >= defer_cap_) {
+        if (defer_cap_ && held_bytes() >= defer_cap_) {
             ++deferred_flushes_;
             flush();
         }

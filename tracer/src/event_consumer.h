@@ -50,6 +50,11 @@ public:
     // rolls back the transaction under way). On a failure the records not stored are counted
     // (not_stored) and profinfer::Error says so, naming the trace.
     void flush();
+    // Stores held records, in order, until UNTIL or none is left (committing as flush() does
+    // whatever it stored): true when some are left. --consumer hold, while a CPU sits idle.
+    bool store_held(std::chrono::steady_clock::time_point until);
+    // Bytes of records held now (--defer-mb, --consumer hold).
+    size_t held_bytes() const { return deferred_.size() - held_from_; }
     void on_stored(std::function<void()> stored) { stored_ = std::move(stored); }
     // --defer-mb: the records held, by kind (count_record), kept in HELD (PI_EV_KIND_MAX
     // counters in a page the guardian shares: a recorder killed outright leaves them there).
@@ -83,6 +88,7 @@ private:
     std::chrono::steady_clock::time_point slice_end_;
     std::function<void()> between_;
     size_t defer_cap_ = 0;
+    size_t held_from_ = 0;                 // deferred_'s front already stored (store_held)
     std::vector<unsigned char> deferred_;  // records held: each an 8-byte slot with its size, then its bytes (padded to 8)
     int64_t deferred_flushes_ = 0;
     std::function<void()> stored_;

@@ -58,14 +58,17 @@ RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(
         bound_ = std::make_unique<DbBound>(p_.tables, int64_t(p_.opts.max_db_mb * 1e6));
         consumer_->pause_every(size_t(DbBound::kCheckEvery * p_.opts.max_db_mb * 1e6), [this] { settle_bound(); });
     }
-    if (p_.opts.defer_mb > 0) {
-        consumer_->defer_up_to(size_t(p_.opts.defer_mb * 1e6));
+    if (holding()) {
+        // --defer-mb: until the hold fills or the end; --consumer hold: also while a CPU idles.
+        const double mb = p_.opts.defer_mb > 0 ? p_.opts.defer_mb : p_.opts.hold_mb;
+        if (p_.opts.defer_mb <= 0) idle_cpus_ = std::make_unique<IdleCpus>();
+        consumer_->defer_up_to(size_t(mb * 1e6));
         consumer_->on_stored([this] { commit(); });
         consumer_->count_held_in(p_.guardian.deferred_held());
         p_.guardian.watch_ring(bpf_map__fd(p_.program.skel()->maps.events));
         // Said from the start: a recorder killed outright loses what it held, and the trace
         // must say a deferred run began (the guardian's note names it).
-        set_meta(store::MetaKey::DeferMb, format_double(p_.opts.defer_mb, "%g"));
+        set_meta(store::MetaKey::DeferMb, format_double(mb, "%g"));
         p_.tables.commit();
     }
 }
@@ -103,7 +106,8 @@ void RecordingSession::start() {
         idle ? ConsumerPriority::Mode::Idle : ConsumerPriority::Mode::Normal,
         bpf_map__fd(p_.program.skel()->maps.events), p_.opts.buffer_kb << 10,
         [this] { return stop_signals::last() != 0 || p_.program.target_held(); });
-    set_meta(store::MetaKey::Consumer, idle ? "idle" : "normal");
+    set_meta(store::MetaKey::Consumer,
+             std::string(p_.opts.hold && p_.opts.defer_mb <= 0 ? "hold, " : "") + (idle ? "idle" : "normal"));
 }
 
 int RecordingSession::run() {
@@ -349,6 +353,10 @@ int RecordingSession::poll_until_exit() {
                     p_.program.resume(held, pid_);
                 }
                 apply_gate();
+                // --consumer hold: a slice of what is held stored while a CPU sits idle (the
+                // records arriving meanwhile wait in the ring buffer: drained first, next turn).
+                if (idle_cpus_ && consumer_->held_bytes() > 0 && idle_cpus_->idle() >= kStoreWhenIdle)
+                    more |= consumer_->store_held(clock::now() + EventConsumer::kSlice);
                 if (priority_) priority_->settle();
                 if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
             } catch (const Error& e) {
@@ -398,7 +406,9 @@ int RecordingSession::poll_until_exit() {
         } else if (ended(pid_)) {
             return -1;
         }
-        if (!ends.drop_ended() && !more) wake.wait();
+        // Holding records, the recorder looks at the CPUs once a second even with nothing
+        // arriving: a target that went idle leaves the CPUs free to store them.
+        if (!ends.drop_ended() && !more) wake.wait(idle_cpus_ && consumer_->held_bytes() > 0 ? 1000 : -1);
     }
 }
 
@@ -448,13 +458,13 @@ void RecordingSession::store_the_end(int status) {
         }
         // --defer-mb: what was held, stored now that the target no longer decodes under the
         // recorder.
-        if (p_.opts.defer_mb > 0) consumer_->flush();
+        if (holding()) consumer_->flush();
     } catch (const Error& e) {
         // What was stored stays (stored in steps), the rest is counted lost, by kind.
         stop_recording("storing into " + p_.opts.output.string() + ": " + e.what());
         throw;
     }
-    if (p_.opts.defer_mb > 0)
+    if (holding())
         set_meta(store::MetaKey::DeferredFlushes, std::to_string(consumer_->deferred_flushes()));
     ended_ = true;
     writer_->begin();

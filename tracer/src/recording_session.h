@@ -14,6 +14,7 @@
 #include "consumer_priority.h"
 #include "db_bound.h"
 #include "event_consumer.h"
+#include "idle_cpus.h"
 #include "launcher.h"
 #include "operator_gate.h"
 #include "probe_attacher.h"
@@ -76,6 +77,12 @@ private:
     std::unique_ptr<EventConsumer> consumer_;
     std::unique_ptr<ConsumerPriority> priority_;
     std::unique_ptr<DbBound> bound_;  // --max-db-mb
+    // --consumer hold: the CPUs profinfer may run on, looked at while it holds records.
+    std::unique_ptr<IdleCpus> idle_cpus_;
+    // Records are held in memory (--defer-mb, --consumer hold).
+    bool holding() const { return p_.opts.defer_mb > 0 || p_.opts.hold; }
+    // --consumer hold stores a slice of what it holds when at least this many CPUs sat idle.
+    static constexpr double kStoreWhenIdle = 0.25;
     std::string recording_error_;
     bool ended_ = false;  // probes detached and the ring buffer drained
     int interrupted_by_ = 0;

@@ -40,6 +40,10 @@ using ByRound = std::map<int, double>;
 // or the smaller side.
 Interval ratio_interval(const ByRound& a, const ByRound& b);
 
+// A − FACTOR × B and its interval: per round when measured in the same rounds (as
+// ratio_interval), else median(A) − FACTOR × median(B), each side resampled on its own.
+Interval difference_interval(const ByRound& a, const ByRound& b, double factor = 1);
+
 // What a comparison's interval says about an expected direction.
 enum class Verdict { Reproduced, NotReproduced, WithinNoise, NotTestable };
 std::string to_string(Verdict v);

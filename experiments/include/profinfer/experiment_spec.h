@@ -29,6 +29,10 @@ struct Claim {
     std::optional<double> value;                       // "a > value": the number a is held against
     bool expect_greater = true;                        // "a > …" (else "a < …")
     double factor = 1;                                 // "a > 0.95 × b": the ratio a / b is held against it
+    // "a - b < value" (with factor: a − factor × b): each round's difference held against
+    // value — for metrics that cross 0 within their noise (a slowdown of ~1 %), where a
+    // ratio to b swings through ±∞.
+    bool difference = false;
     int requires_cpus = 0;                             // fewer online CPUs: not testable here
     bool requires_pmu = false;                         // no hardware counters: not testable here
     std::string not_testable;                          // why it cannot be tested on any machine like this one

@@ -56,6 +56,13 @@ struct RecordOptions {
     // The recorder's reading and writing at SCHED_IDLE (raised while the ring buffer fills,
     // the target waits at a loader stop or a signal is pending), or at normal priority.
     bool idle_consumer = true;
+    // --consumer hold (the default at op and full, where a record goes out per node and
+    // thread): the records are read at once but held in memory, up to hold_mb MB, while the
+    // CPUs profinfer may run on have no idle time, and stored when a quarter of one sat idle
+    // since the last look, when the hold is full, and at the end. A recorder killed outright
+    // loses what it held (counted, as for --defer-mb).
+    bool hold = false;
+    double hold_mb = 256;
     bool quiet = false;
     // Stop when the process that started profinfer dies (as on SIGTERM: forwarded to a
     // launched command, the database finished): a harness killed mid-run leaves nothing
