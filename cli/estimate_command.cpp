@@ -35,8 +35,10 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
         "graph's too, op level every node on every thread (each thread pays its own, in parallel); a CPU-clock sample "
         "costs the sampled thread the measured sample (full's wait split at record's default --sample-hz; op-sampled "
         "the same where it cannot sample on the kernel's tick, and its record only where it can); the recorder stores every record on the target's CPUs (predicted_slowdown_pct: no CPU spare) or "
-        "on another (with_a_spare_cpu_pct). Not counted: scheduler events (full), start-up before the first decode, "
-        "--defer-mb (the storing held until the end). docs/recording.md.");
+        "on another (with_a_spare_cpu_pct), except at op and full, whose default (--consumer hold) holds the records "
+        "while no CPU is spare and stores them when one idles or at the end (stored_as_read_pct: --consumer idle, on "
+        "the target's CPUs). Not counted: scheduler events (full), start-up before the first decode, the storing "
+        "after the end. docs/recording.md.");
     cmd->callback([&action, trace, seconds, json] {
         action = [trace, seconds, json] {
             store::Database db(*trace, store::Database::Mode::ReadOnly);
@@ -70,6 +72,8 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
                                            {"added_us", e.added_us},
                                            {"recorder_us", e.recorder_us},
                                            {"slowdown_pct", e.slowdown_pct},
+                                           {"held", e.held},
+                                           {"stored_as_read_slowdown_pct", e.stored_as_read_slowdown_pct},
                                            {"spare_cpu_slowdown_pct", e.spare_cpu_slowdown_pct}});
                 std::cout << j.dump(2) << "\n";
                 return 0;
@@ -87,12 +91,12 @@ void add_estimate(CLI::App& app, std::function<int()>& action) {
                       << known(f.nodes_per_thread) << " nodes per thread and decode call, " << known(f.graphs_per_call)
                       << " graphs per call, " << f.traced_call_ms << " ms per call as traced\n"
                       << "level       hits/call  samples/call  records/call  added_us  predicted_slowdown_pct  "
-                         "with_a_spare_cpu_pct\n";
+                         "stored_as_read_pct  with_a_spare_cpu_pct\n";
             for (const auto& e : levels)
                 std::cout << std::left << std::setw(12) << e.level << std::right << std::setw(9) << e.hits_per_call
                           << std::setw(14) << e.samples_per_call << std::setw(14) << e.records_per_call << std::setw(10)
-                          << e.added_us << std::setw(24) << e.slowdown_pct << std::setw(22) << e.spare_cpu_slowdown_pct
-                          << "\n";
+                          << e.added_us << std::setw(24) << e.slowdown_pct << std::setw(20)
+                          << e.stored_as_read_slowdown_pct << std::setw(22) << e.spare_cpu_slowdown_pct << "\n";
             if (levels.size() < 5)
                 std::cout << "(levels left out: a --level " << f.level << " trace does not tell "
                           << (std::isnan(f.graphs_per_call) ? "its graphs" : "its nodes") << ")\n";

@@ -223,8 +223,10 @@ std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCost
         e.recorder_us = e.records_per_call * c.record_ns / 1e3;
         const double sample_ns = level == "op-sampled" && op_on_tick ? 0 : c.sample_ns;  // the tick is paid anyway
         const double probes_us = hits_us(hits) + e.samples_per_call * sample_ns / 1e3;
-        e.added_us = probes_us + e.recorder_us;
+        e.held = level == "op" || level == "full";
+        e.added_us = probes_us + (e.held ? 0 : e.recorder_us);
         e.slowdown_pct = 100.0 * e.added_us / untraced_us;
+        e.stored_as_read_slowdown_pct = 100.0 * (probes_us + e.recorder_us) / untraced_us;
         e.spare_cpu_slowdown_pct = 100.0 * probes_us / untraced_us;
         out.push_back(e);
     }

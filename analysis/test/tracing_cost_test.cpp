@@ -167,7 +167,8 @@ TEST(EstimateLevels, EachLevelAddsItsHitsAndSamplesToTheUntracedCall) {
 }
 
 // The records every thread sends, stored by the recorder on the target's CPUs when none is
-// spare: the whole storing lands on the call (predicted), not with a spare CPU.
+// spare: stored as read, the whole storing lands on the call, not with a spare CPU; op's
+// default consumer holds them while no CPU is spare, so its prediction leaves them out.
 TEST(EstimateLevels, TheRecorderStoresEveryThreadsRecordsOnTheCall) {
     const WorkloadFacts f = op_call_of_two_threads();
     const HitCosts c{500, 300, 2000, 1000, 400};  // a record stored in 0.4 µs
@@ -179,8 +180,12 @@ TEST(EstimateLevels, TheRecorderStoresEveryThreadsRecordsOnTheCall) {
     EXPECT_DOUBLE_EQ(by["op"].records_per_call, 3 + 2 * 45);
     const double untraced_us = 10'000 - 51;
     EXPECT_NEAR(by["op"].recorder_us, 93 * 0.4, 1e-9);
-    EXPECT_NEAR(by["op"].slowdown_pct, 100.0 * (51 + 93 * 0.4) / untraced_us, 1e-9);
+    EXPECT_NEAR(by["op"].stored_as_read_slowdown_pct, 100.0 * (51 + 93 * 0.4) / untraced_us, 1e-9);
+    EXPECT_TRUE(by["op"].held);
+    EXPECT_NEAR(by["op"].slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
     EXPECT_NEAR(by["op"].spare_cpu_slowdown_pct, 100.0 * 51 / untraced_us, 1e-9);
+    EXPECT_FALSE(by["graph"].held);
+    EXPECT_NEAR(by["graph"].slowdown_pct, 100.0 * (6 + 3 * 0.4) / untraced_us, 1e-9) << "stored as read";
     // op-sampled: both threads' samples are rows too.
     EXPECT_NEAR(by["op-sampled"].records_per_call, 3 + 2 * untraced_us / 1000, 1e-9);
 }

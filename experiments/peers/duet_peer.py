@@ -290,8 +290,14 @@ def duet(a, copy, cpus, work):
         for side in (traced, untraced):
             side.stop()
         if bt:
+            # Its counts are not read; an end that hangs (bpftrace once sat in epoll_wait for
+            # 9 minutes after its SIGINT, 2026-12-06) is cut after 30 s.
             bt.send_signal(signal.SIGINT)
-            bt.communicate()
+            try:
+                bt.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                bt.kill()
+                bt.communicate()
     if traced.proc.returncode != 0:
         errs[0].seek(0)
         fail(f"the traced side exited with status {traced.proc.returncode}: {errs[0].read().strip()[-1500:]}")

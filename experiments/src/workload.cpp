@@ -83,14 +83,19 @@ BpftraceFloor::BpftraceFloor(const std::string& script, bool stream) {
 int BpftraceFloor::stop() {
     if (pid_ <= 0) return status_;
     kill(pid_, SIGINT);
+    // An end that hangs is cut after 30 s (a bpftrace once sat in epoll_wait for 9 minutes
+    // after its SIGINT, 2026-12-06, holding the study up); its output is not what is measured.
+    int st = 0;
+    bool reaped = false;
+    for (int i = 0; i < 300 && !(reaped = waitpid(pid_, &st, WNOHANG) == pid_); ++i) usleep(100'000);
+    if (!reaped) kill(pid_, SIGKILL);
     if (reader_.joinable()) reader_.join();
     else {
         char buf[4096];
         while (out_ && fread(buf, 1, sizeof buf, out_) > 0) {
         }
     }
-    int st = 0;
-    waitpid(pid_, &st, 0);
+    if (!reaped) waitpid(pid_, &st, 0);
     pid_ = -1;
     if (out_) fclose(out_), out_ = nullptr;
     status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

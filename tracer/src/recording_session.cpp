@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <cstring>
@@ -50,6 +51,8 @@ bool ended(pid_t pid) { return !process_exists(pid) || process_state(pid) == 'Z'
 // --budget between its windows: the recorder woken by decode calls once per 100 ms at most
 // (a window may open that much later; the credit it waits for keeps growing meanwhile).
 constexpr uint64_t kBudgetGapWakeNs = 100'000'000;
+// What is stored is committed this often while records flow (and this long after the last).
+constexpr int64_t kCommitEveryMs = 250;
 
 RecordingSession::RecordingSession(Parts parts, pid_t target) : p_(parts), pid_(target) {
     writer_ = std::make_unique<TraceWriter>(p_.tables, p_.probes.layout(), p_.opts.sched_peers);
@@ -358,7 +361,7 @@ int RecordingSession::poll_until_exit() {
                 if (idle_cpus_ && consumer_->held_bytes() > 0 && idle_cpus_->idle() >= kStoreWhenIdle)
                     more |= consumer_->store_held(clock::now() + EventConsumer::kSlice);
                 if (priority_) priority_->settle();
-                if (clock::now() - last_commit > std::chrono::milliseconds(250)) commit(), last_commit = clock::now();
+                if (clock::now() - last_commit >= std::chrono::milliseconds(kCommitEveryMs)) commit(), last_commit = clock::now();
             } catch (const Error& e) {
                 // The target ended under our feet (attaching to what it just mapped): the
                 // exit check below ends the recording as usual.
@@ -406,9 +409,18 @@ int RecordingSession::poll_until_exit() {
         } else if (ended(pid_)) {
             return -1;
         }
-        // Holding records, the recorder looks at the CPUs once a second even with nothing
-        // arriving: a target that went idle leaves the CPUs free to store them.
-        if (!ends.drop_ended() && !more) wake.wait(idle_cpus_ && consumer_->held_bytes() > 0 ? 1000 : -1);
+        // Rows stored but not committed wait no longer than the commit interval: a target
+        // that stops sending (a server between requests, a stopped process) left them out of
+        // the trace until its next record, and a recorder killed meanwhile lost them
+        // uncounted. Holding records, the recorder looks at the CPUs once a second even with
+        // nothing arriving: a target that went idle leaves the CPUs free to store them.
+        int timeout_ms = -1;
+        if (idle_cpus_ && consumer_->held_bytes() > 0) timeout_ms = 1000;
+        if (p_.tables.uncommitted()) {
+            const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_commit).count();
+            timeout_ms = int(std::clamp<int64_t>(kCommitEveryMs - since, 1, kCommitEveryMs));
+        }
+        if (!ends.drop_ended() && !more) wake.wait(timeout_ms);
     }
 }
 

@@ -64,13 +64,17 @@ struct LevelEstimate {
     double hits_per_call = 0;    // probe hits on one thread's path
     double samples_per_call = 0; // CPU-clock samples of one thread
     double records_per_call = 0; // rows stored per call, every thread's
-    double added_us = 0;         // hits, samples and the recorder's storing
-    double recorder_us = 0;      // of which the recorder's storing
-    double slowdown_pct = 0;     // no spare CPU: the recorder shares the target's
+    double added_us = 0;         // hits, samples and the recorder's storing, as the level's default consumer does it
+    double recorder_us = 0;      // the recorder's storing (on the call, or later where it holds)
+    bool held = false;           // the default consumer holds the records while no CPU is spare (op, full)
+    double slowdown_pct = 0;     // no spare CPU, the level's default consumer
+    double stored_as_read_slowdown_pct = 0;  // no spare CPU, stored as read (--consumer idle)
     double spare_cpu_slowdown_pct = 0;  // the recorder on a CPU the target does not use
 };
 // Levels whose inputs the facts lack (NaN) are left out. OP_ON_TICK: op-sampled samples on the
-// kernel's tick at OP_SAMPLE_HZ, each costing its record only (no interrupt of its own).
+// kernel's tick at OP_SAMPLE_HZ, each costing its record only (no interrupt of its own). At op
+// and full, record's default consumer holds the records while no CPU is spare (--consumer
+// hold): their storing leaves the call (slowdown_pct), stored_as_read_slowdown_pct keeps it.
 std::vector<LevelEstimate> estimate_levels(const WorkloadFacts& f, const HitCosts& c, int op_sample_hz,
                                            int wait_sample_hz, bool op_on_tick = false);
 

@@ -131,6 +131,8 @@ public:
     // Rows go in transactions: begin() opens one if none is open, commit() ends it.
     void begin();
     void commit();
+    // A transaction is open: rows written that a reader cannot see yet.
+    bool uncommitted() const { return in_tx_; }
     void rollback() noexcept;  // the transaction under way, if any, undone
 
     int64_t add(const TokenRow& r);  // its id
