@@ -359,10 +359,10 @@ TEST(RecordLimits, MaxDbMbKeepsTheNewestCallsWholeUnderTheBound) {
 // --consumer hold (the default at --level op): the records wait in memory while the CPUs
 // are busy and are stored once a CPU sits idle — before the target ends. The target stops
 // itself after call K (GRAPH_DUMP_STOP_AFTER) while a spinning process fills every CPU:
-// after 3 s the trace holds no call; the spinners stopped, the CPUs idle and the K + 1 calls
-// are stored while the target still sits stopped (at --consumer idle they were not, within
-// 30 s: read, but left in a transaction no wake-up came to commit). Resumed, the target ends
-// with every call and operator stored, nothing lost.
+// after 3 s the trace holds no call (at --consumer idle all K + 1 were in it by then: stored
+// on SCHED_IDLE's share of the busy CPUs); the spinners stopped, the CPUs idle and the K + 1
+// calls are stored while the target still sits stopped. Resumed, the target ends with every
+// call and operator stored, nothing lost.
 TEST(RecordLimits, HoldStoresOnceACpuSitsIdle) {
     PROFINFER_REQUIRE_BPF();
     Subreaper reaper;
