@@ -127,7 +127,9 @@ TEST_P(AttachedRun, CountsExactlyTheCallsItSaw) {
     pid_t target = spawn({program, tiny_model(c.card), "Hello", "100000", "2", "--no-callback"}, d / "out");
     ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find("\"call\":2}") != std::string::npos; },
                            std::chrono::seconds(60)));
-    pid_t prof = spawn({profinfer_bin(), "record", "--level", c.level, "-o", d / "run.db", "--pid",
+    // --consumer idle: stored as read, so that the trace shows how many calls are in (op and
+    // full hold them by default while the two decode threads fill the CPUs).
+    pid_t prof = spawn({profinfer_bin(), "record", "--level", c.level, "--consumer", "idle", "-o", d / "run.db", "--pid",
                         std::to_string(target)},
                        {}, d / "err");
     const bool enough = wait_until(

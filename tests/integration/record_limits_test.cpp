@@ -377,16 +377,9 @@ TEST(RecordLimits, HoldStoresOnceACpuSitsIdle) {
                       d / "out", d / "err");
     KillAtExit cleanup;
     cleanup.add(rec);
-    const std::string last = "{\"call\":" + std::to_string(kStopAfter) + "}";
-    ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find(last) != std::string::npos; }, std::chrono::seconds(120)))
-        << read_file(d / "err");
-    const pid_t shell = launched_child(rec, "sh");
-    ASSERT_GT(shell, 0);
-    const auto dumps = children_of(shell);
-    ASSERT_EQ(dumps.size(), 1u);
-    const pid_t target = dumps[0];
-    cleanup.add(target);
-    ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, std::chrono::seconds(30)));
+    const StoppedDump stopped = dump_stopped_after(rec, d / "out", kStopAfter, cleanup);
+    ASSERT_TRUE(stopped.target) << stopped.why << ": " << read_file(d / "err");
+    const pid_t target = stopped.target;
     std::this_thread::sleep_for(std::chrono::seconds(3));
     EXPECT_EQ(scalar_or_zero(db, "SELECT count(*) FROM tokens"), 0) << "stored while every CPU was busy";
     hogs.stop();

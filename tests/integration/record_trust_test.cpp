@@ -137,17 +137,9 @@ TEST(RecordTrust, AKilledDeferringRecorderCountsWhatItHeld) {
                           d / "out", d / "err");
         KillAtExit cleanup;
         cleanup.add(rec);
-        const std::string last = "{\"call\":" + std::to_string(k) + "}";
-        ASSERT_TRUE(wait_until([&] { return read_file(d / "out").find(last) != std::string::npos; },
-                               std::chrono::seconds(120)))
-            << read_file(d / "err");
-        const pid_t shell = launched_child(rec, "sh");
-        ASSERT_GT(shell, 0);
-        const auto dumps = children_of(shell);
-        ASSERT_EQ(dumps.size(), 1u);
-        const pid_t target = dumps[0];
-        cleanup.add(target);
-        ASSERT_TRUE(wait_until([&] { return state_of(target) == 'T'; }, std::chrono::seconds(30)));
+        const StoppedDump stopped = dump_stopped_after(rec, d / "out", k, cleanup);
+        ASSERT_TRUE(stopped.target) << stopped.why << ": " << read_file(d / "err");
+        const pid_t shell = stopped.shell, target = stopped.target;
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the recorder has read the ring buffer, or not
         kill(rec, SIGKILL);
         reap(rec, std::chrono::seconds(30));

@@ -104,6 +104,21 @@ pid_t launched_child(pid_t profinfer, const std::string& comm_prefix) {
     return 0;
 }
 
+StoppedDump dump_stopped_after(pid_t rec, const std::filesystem::path& out, int k, KillAtExit& cleanup) {
+    StoppedDump d;
+    const std::string last = "{\"call\":" + std::to_string(k) + "}";
+    if (!wait_until([&] { return read_file(out).find(last) != std::string::npos; }, std::chrono::seconds(120)))
+        return d.why = "call " + std::to_string(k) + " was never printed", d;
+    d.shell = launched_child(rec, "sh");
+    const auto dumps = d.shell ? children_of(d.shell) : std::vector<pid_t>{};
+    if (dumps.size() != 1) return d.why = "the launched shell has " + std::to_string(dumps.size()) + " children", d;
+    cleanup.add(dumps[0]);
+    if (!wait_until([&] { return state_of(dumps[0]) == 'T'; }, std::chrono::seconds(30)))
+        return d.why = "the dump did not stop itself after call " + std::to_string(k), d;
+    d.target = dumps[0];
+    return d;
+}
+
 Subreaper::Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 Subreaper::~Subreaper() {
     prctl(PR_SET_CHILD_SUBREAPER, 0);

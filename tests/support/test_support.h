@@ -112,6 +112,16 @@ std::string comm_of(pid_t pid);
 // guardian), or 0.
 pid_t launched_child(pid_t profinfer, const std::string& comm_prefix);
 
+// A llama_graph_dump that a recording REC launched under `/bin/sh -c` with
+// GRAPH_DUMP_STOP_AFTER=K, once it has printed call K (into OUT) and stopped itself: the
+// shell and the dump (added to CLEANUP), or target 0 and why not.
+class KillAtExit;
+struct StoppedDump {
+    pid_t shell = 0, target = 0;
+    std::string why;
+};
+StoppedDump dump_stopped_after(pid_t rec, const std::filesystem::path& out, int k, KillAtExit& cleanup);
+
 // While it lives, orphans of this test's children (a killed recorder's target, the guardian)
 // come back to it; at its end they are reaped.
 struct Subreaper {
