@@ -34,7 +34,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::MaxDbMb, "max_db_mb", "--max-db-mb: the bound the trace was kept under (MB of 10^6 bytes)"},
         {K::CallsDropped, "calls_dropped",
          "--max-db-mb: the oldest llama_decode calls deleted whole, with everything recorded before the first call kept"},
-        {K::DeferMb, "defer_mb", "--defer-mb: records held in memory up to this many MB, stored when it filled or at the end"},
+        {K::DeferMb, "defer_mb",
+         "--defer-mb or --consumer hold: records held in memory up to this many MB, stored when it filled, at the end, "
+         "and (hold) while a CPU sat idle"},
         {K::DeferredFlushes, "deferred_flushes",
          "--defer-mb: times the held records filled it and were stored while the target ran (0: all at the end)"},
         {K::RecorderPid, "recorder_pid", "the recording process"},
@@ -59,7 +61,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::OpDuplicatesDropped, "op_duplicates_dropped",
          "operator records dropped as a second end of the same node on the same thread (the graph's return and the "
          "thread's own exit or next node ending it at once)"},
-        {K::Consumer, "consumer", "the ring-buffer consumer: normal, or idle (scheduled only when the CPU is free)"},
+        {K::Consumer, "consumer",
+         "the ring-buffer consumer: normal, or idle (scheduled only when the CPU is free); \"hold, \" before it: the "
+         "records held while no CPU sat idle (--consumer hold)"},
         {K::ConsumerBoosts, "consumer_boosts", "times the idle consumer was raised to drain a filling buffer"},
         {K::RecorderCpuMs, "recorder_cpu_ms",
          "CPU time of profinfer's own threads while the target ran traced (user + system, ms): the consumer's share "

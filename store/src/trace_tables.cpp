@@ -342,9 +342,9 @@ void mark_recorder_died(const std::filesystem::path& trace,
         }
         const std::string held =
             not_stored.empty()
-                ? "'; the records it held in memory for --defer-mb (up to ' || value || ' MB), not yet stored, were "
+                ? "'; the records it held in memory (--consumer hold or --defer-mb, up to ' || value || ' MB), not yet stored, were "
                   "lost with it'"
-                : "'; the records it held in memory for --defer-mb, not yet stored, were lost with it: " +
+                : "'; the records it held in memory (--consumer hold or --defer-mb), not yet stored, were lost with it: " +
                       std::to_string(calls) + " llama_decode calls (" + std::to_string(records) +
                       " records in all, counted in lost_events" + (where.empty() ? "" : "; " + where) + ")'";
         const std::string sql = "BEGIN;" + lost_rows + "INSERT OR REPLACE INTO meta(key, value) SELECT '" +
