@@ -1,6 +1,8 @@
 // --level op-sampled: operator time shares from CPU-clock samples, with no probe on any node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <iostream>
 #include <set>
 
@@ -108,7 +110,13 @@ TEST(RecordOpSampled, SharesFromSamplesWithoutANodeProbe) {
         ASSERT_FALSE(e.empty());
         std::set<std::string> recorded;
         for (const auto& r : e) recorded.insert(r["op"].get<std::string>());
-        for (const auto& op : named) EXPECT_TRUE(recorded.count(op)) << op << " is named by samples, never recorded exactly";
+        // GLU: samples that fell in ggml's GLU dispatch itself and in none of its inlined kernels
+        // cannot tell which kernel it ran (a clean-clone CI named it so; the exact level says
+        // SWIGLU): any GLU kind recorded exactly matches it.
+        const bool glu_recorded = std::any_of(recorded.begin(), recorded.end(),
+                                              [](const std::string& r) { return r.find("GLU") != std::string::npos; });
+        for (const auto& op : named)
+            EXPECT_TRUE(recorded.count(op) || (op == "GLU" && glu_recorded)) << op << " is named by samples, never recorded exactly";
         // Rows come largest first: the operator with the most samples is the one with the most time.
         EXPECT_EQ(t.front()["op"], e.front()["op"]);
     }
