@@ -110,7 +110,7 @@ void RecordingSession::start() {
         bpf_map__fd(p_.program.skel()->maps.events), p_.opts.buffer_kb << 10,
         [this] { return stop_signals::last() != 0 || p_.program.target_held(); });
     set_meta(store::MetaKey::Consumer,
-             std::string(p_.opts.hold && p_.opts.defer_mb <= 0 ? "hold, " : "") + (idle ? "idle" : "normal"));
+             std::string(idle_cpus_ ? "hold, " : "") + (idle ? "idle" : "normal"));
 }
 
 int RecordingSession::run() {
