@@ -54,7 +54,7 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::WaitRanges, "wait_ranges", "barrier code ranges the sampler classifies as waiting"},
         {K::SchedSwitchProgram, "sched_switch_program", "the sched_switch handler loaded: 4arg, 3arg or both"},
         {K::KernelFallbacks, "kernel_fallbacks",
-         "what the kernel's verifier lacked and the tracer did without (atomic-fetch, task-btf, for-each), or none"},
+         "what the kernel's verifier lacked and the tracer did without (atomic-fetch, task-btf, for-each, loop), or none"},
         {K::SchedPeers, "sched_peers", "--sched-peers: what is kept of other processes' threads"},
         {K::SchedPeerIdsRemoved, "sched_peer_ids_removed",
          "scheduler rows whose other side --sched-peers left out (tgid and tid -1; with none, comm empty)"},

@@ -293,7 +293,7 @@ TEST(RecordOps, OlderKernelFallbacksRecordTheSame) {
     };
     const Seen old = seen({{"PROFINFER_KERNEL_FEATURES", "old"}});
     const Seen now = seen({});
-    EXPECT_EQ(old.fallbacks, "atomic-fetch,task-btf,for-each");
+    EXPECT_EQ(old.fallbacks, "atomic-fetch,task-btf,for-each,loop");
     EXPECT_NE(now.fallbacks, "");
     EXPECT_EQ(old.graphs, 16);
     EXPECT_EQ(old.graphs, now.graphs);

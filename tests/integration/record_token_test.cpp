@@ -1,4 +1,5 @@
 // profinfer record on the real llama.cpp: token level, launch mode.
+#include <array>
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -85,6 +86,33 @@ TEST(RecordToken, RefusesToOverwriteADatabase) {
     expect_one_line_failure(run({profinfer_bin(), "record", "-o", d / "dangling.db", "--", "/bin/true"}),
                             "already exists (as a symlink)");
     EXPECT_FALSE(fs::exists(d / "elsewhere.db"));
+}
+
+// Each token of a batch is read in a loop: by bpf_loop (5.17 on), whose callback the verifier
+// checks once, or, on older kernels, unrolled — a bounded loop the verifier walks once per
+// possible token (0.7 s of CPU at every start on Linux 6.18). Both record the same rows for the
+// same run (llama-parallel's batches are fixed by its seed).
+TEST(RecordToken, BatchesReadByBpfLoopAndUnrolledAgree) {
+    PROFINFER_REQUIRE_BPF();
+    auto rows = [](const std::string& features) {
+        TempDir d;
+        auto r = run({profinfer_bin(), "record", "--level", "token", "-o", d / "run.db", "--",
+                      llama_debug().program("llama-parallel"), "-m", tiny_model("llama3.2-1b"), "-np", "4", "-ns", "8",
+                      "-n", "12", "-t", "2", "--seed", "7"},
+                     {{"PROFINFER_KERNEL_FEATURES", features}});
+        EXPECT_EQ(r.status, 0) << r.err;
+        store::Database db(d / "run.db", store::Database::Mode::ReadOnly);
+        std::vector<std::array<int64_t, 4>> out;
+        store::Statement st(db.handle(), "SELECT seq, pos, n_tokens, outputs FROM batch_seqs ORDER BY token_id, seq, pos");
+        while (st.step()) out.push_back({st.column_int(0), st.column_int(1), st.column_int(2), st.column_int(3)});
+        return std::pair{out, db.meta()[store::MetaKey::KernelFallbacks]};
+    };
+    const auto [unrolled, old_fallbacks] = rows("old");
+    const auto [looped, fallbacks] = rows("probe");
+    EXPECT_NE(old_fallbacks.find("loop"), std::string::npos);
+    if (fallbacks.find("loop") != std::string::npos) GTEST_SKIP() << "this kernel has no bpf_loop: one path only";
+    EXPECT_GE(looped.size(), 8u);  // every request's prompt at least
+    EXPECT_EQ(looped, unrolled);
 }
 
 // Requests from batches (stat --by request): llama.cpp's own parallel-clients example serves

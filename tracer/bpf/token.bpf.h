@@ -20,10 +20,41 @@ struct {
 	__type(value, struct pi_batch_event);
 } batch_scratch SEC(".maps");
 
-/* Every token's sequence, position and output flag, sent before the call's token record.
- * One straight-line pass (no data-dependent branch for the verifier to follow): runs of a
- * sequence are found by the consumer. */
-static __always_inline void send_batch(const struct decode_entry *e, __u64 pid_tgid)
+/* One token of a batch: its sequence, position and output flag into B's slot I. No branch on
+ * what is read: a failed read leaves zeros (a NULL logits array: no outputs asked for, fixed
+ * by the caller). */
+static __always_inline void read_batch_token(const struct decode_entry *e, struct pi_batch_event *b, __u32 i)
+{
+	i &= PI_MAX_BATCH_READ - 1;
+	__s32 pos = 0, seq = 0;
+	__s8 out = 0;
+	__u64 seq_ptr = 0;
+	bpf_probe_read_user(&pos, sizeof(pos), (const void *)(e->pos + 4 * (__u64)i));
+	bpf_probe_read_user(&seq_ptr, sizeof(seq_ptr), (const void *)(e->seq_id + 8 * (__u64)i));
+	bpf_probe_read_user(&seq, sizeof(seq), (const void *)seq_ptr);
+	bpf_probe_read_user(&out, sizeof(out), (const void *)(e->logits + (__u64)i));
+	b->tok[i].seq = seq;
+	b->tok[i].pos_out = ((__u32)pos & ~PI_BATCH_OUTPUT) | ((__u32)(out != 0) << 31);
+}
+
+struct batch_loop_ctx {
+	const struct decode_entry *e;
+	struct pi_batch_event *b;
+};
+
+static long batch_token_cb(__u32 i, void *ctx)
+{
+	struct batch_loop_ctx *c = ctx;
+	read_batch_token(c->e, c->b, i);
+	return 0;
+}
+
+/* Every token's sequence, position and output flag, sent before the call's token record;
+ * runs of a sequence are found by the consumer. UNROLLED: a bounded loop the verifier walks
+ * once per iteration (PI_MAX_BATCH_READ of them: 0.7 s of CPU at each start, 83 % of its
+ * 1M-instruction limit, Linux 6.18) for kernels before bpf_loop (5.17); else bpf_loop, whose
+ * callback is verified once. */
+static __always_inline void send_batch(const struct decode_entry *e, __u64 pid_tgid, bool unrolled)
 {
 	if (!e->pos || !e->seq_id || e->n_tokens <= 0)
 		return;
@@ -32,20 +63,15 @@ static __always_inline void send_batch(const struct decode_entry *e, __u64 pid_t
 	if (!b)
 		return;
 	__u32 n = e->n_tokens < PI_MAX_BATCH_READ ? e->n_tokens : PI_MAX_BATCH_READ;
-	/* No branch on what is read: a failed read leaves zeros (a NULL logits array: no
-	 * outputs asked for, fixed below). */
-	for (__u32 i = 0; i < PI_MAX_BATCH_READ; i++) {
-		if (i >= n)
-			break;
-		__s32 pos = 0, seq = 0;
-		__s8 out = 0;
-		__u64 seq_ptr = 0;
-		bpf_probe_read_user(&pos, sizeof(pos), (const void *)(e->pos + 4 * (__u64)i));
-		bpf_probe_read_user(&seq_ptr, sizeof(seq_ptr), (const void *)(e->seq_id + 8 * (__u64)i));
-		bpf_probe_read_user(&seq, sizeof(seq), (const void *)seq_ptr);
-		bpf_probe_read_user(&out, sizeof(out), (const void *)(e->logits + (__u64)i));
-		b->tok[i].seq = seq;
-		b->tok[i].pos_out = ((__u32)pos & ~PI_BATCH_OUTPUT) | ((__u32)(out != 0) << 31);
+	if (unrolled) {
+		for (__u32 i = 0; i < PI_MAX_BATCH_READ; i++) {
+			if (i >= n)
+				break;
+			read_batch_token(e, b, i);
+		}
+	} else {
+		struct batch_loop_ctx c = { .e = e, .b = b };
+		bpf_loop(n, batch_token_cb, &c, 0);
 	}
 	if (n == 0)
 		return;
@@ -97,18 +123,17 @@ int BPF_KPROBE(llama_decode_enter, void *lctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(llama_decode_exit, int ret)
+static __always_inline void decode_exit(int ret, bool unrolled)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_target(pid_tgid))
-		return 0;
+		return;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid = (__u32)pid_tgid;
 	struct decode_entry *e = bpf_map_lookup_elem(&decode_entries, &tid);
 	if (!e)
-		return 0; /* entry happened before we attached */
-	send_batch(e, pid_tgid);
+		return; /* entry happened before we attached */
+	send_batch(e, pid_tgid, unrolled);
 	struct pi_token_event *ev = reserve(PI_EV_TOKEN, sizeof(*ev));
 	if (ev) {
 		fill_header(&ev->h, PI_EV_TOKEN, sizeof(*ev), pid_tgid);
@@ -121,6 +146,20 @@ int BPF_KRETPROBE(llama_decode_exit, int ret)
 		bpf_ringbuf_submit(ev, token_wake_flags());
 	}
 	bpf_map_delete_elem(&decode_entries, &tid);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(llama_decode_exit, int ret)
+{
+	decode_exit(ret, false);
+	return 0;
+}
+
+/* The same on kernels without bpf_loop (before 5.17); the loader loads one of the two. */
+SEC("uretprobe")
+int BPF_KRETPROBE(llama_decode_exit_unrolled, int ret)
+{
+	decode_exit(ret, true);
 	return 0;
 }
 

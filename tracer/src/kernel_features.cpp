@@ -44,13 +44,14 @@ bool probe_helper(bpf_func_id id) { return libbpf_probe_bpf_helper(BPF_PROG_TYPE
 
 KernelFeatures KernelFeatures::probe() {
     const std::string f = knob(Knob::KernelFeatures).value_or("");
-    if (f == "old") return KernelFeatures{false, false, false};
+    if (f == "old") return KernelFeatures{false, false, false, false};
     if (!f.empty() && f != "probe")
         throw Error("PROFINFER_KERNEL_FEATURES must be old or probe, not '" + f + "'");
     KernelFeatures k;
     k.atomic_fetch = probe_atomic_fetch();
     k.task_btf = probe_helper(BPF_FUNC_get_current_task_btf);
     k.for_each = probe_helper(BPF_FUNC_for_each_map_elem);
+    k.loop = probe_helper(BPF_FUNC_loop);
     return k;
 }
 
@@ -83,7 +84,7 @@ int drop_atomic_fetch(bpf_object* obj) {
 
 std::string KernelFeatures::fallbacks() const {
     std::string s;
-    for (auto [have, name] : {std::pair{atomic_fetch, "atomic-fetch"}, {task_btf, "task-btf"}, {for_each, "for-each"}})
+    for (auto [have, name] : {std::pair{atomic_fetch, "atomic-fetch"}, {task_btf, "task-btf"}, {for_each, "for-each"}, {loop, "loop"}})
         if (!have) s += (s.empty() ? "" : ",") + std::string(name);
     return s.empty() ? "none" : s;
 }

@@ -51,7 +51,13 @@ struct Probe {
 #define PROG(name) [](tracer_bpf* s) { return s->progs.name; }
 const Probe kProbes[] = {
     {"llama_decode", LibRole::Llama, false, PROG(llama_decode_enter), Group::Token, true},
-    {"llama_decode", LibRole::Llama, true, PROG(llama_decode_exit), Group::Token, true},
+    // llama_decode_exit_unrolled where the kernel lacks bpf_loop (the loader loads one).
+    {"llama_decode", LibRole::Llama, true,
+     [](tracer_bpf* s) {
+         return bpf_program__autoload(s->progs.llama_decode_exit) ? s->progs.llama_decode_exit
+                                                                  : s->progs.llama_decode_exit_unrolled;
+     },
+     Group::Token, true},
     {"ggml_backend_graph_compute_async", LibRole::GgmlBase, false, PROG(backend_graph_enter), Group::Graph, true,
      OpStrategy::None, kReadsArg1 | kReadsArg2},
     {"ggml_backend_graph_compute_async", LibRole::GgmlBase, true, PROG(backend_graph_exit), Group::Graph, true},
@@ -148,6 +154,13 @@ ProbeAttacher::ProbeAttacher(tracer_bpf* skel, pid_t pid, TraceLevel level, Wait
 }
 
 ProbeAttacher::~ProbeAttacher() { detach_all(); }
+
+void ProbeAttacher::leave_out_unused_programs() {
+    std::set<bpf_program*> used, unused;
+    for (const Probe& p : kProbes) (p.group <= max_group(level_) ? used : unused).insert(p.program(skel_));
+    for (bpf_program* prog : unused)
+        if (!used.count(prog)) bpf_program__set_autoload(prog, false);
+}
 
 namespace {
 // Closing a uprobe waits for the kernel's grace period, about 0.1 s each here (strace:

@@ -38,6 +38,9 @@ public:
     const GgmlLayout& layout() const { return layout_; }
 
     void attach_tracepoint(bpf_program* prog, const char* name);
+    // Before the skeleton loads: the programs of probes above the level are not loaded
+    // (the verifier's work on the operator programs was most of profinfer's start-up CPU).
+    void leave_out_unused_programs();
     // The dynamic loader's _dl_debug_state, so that libraries loaded later are seen: the
     // target's (its loader, in its own root), or — EVERY_PROCESS, for a launched command
     // whose children are followed — ours, in every process that maps it (the BPF side

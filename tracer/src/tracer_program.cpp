@@ -170,6 +170,8 @@ void TracerProgram::load(ProbeAttacher& probes) {
     if (!kernel.atomic_fetch) drop_atomic_fetch(skel_->obj);
     bpf_program__set_autoload(skel_->progs.cpu_graph_exit, kernel.for_each);
     bpf_program__set_autoload(skel_->progs.cpu_graph_exit_loop, !kernel.for_each);
+    bpf_program__set_autoload(skel_->progs.llama_decode_exit, kernel.loop);
+    bpf_program__set_autoload(skel_->progs.llama_decode_exit_unrolled, !kernel.loop);
     tables_.set_meta(store::MetaKey::KernelFallbacks, kernel.fallbacks());
     bpf_program__set_autoload(skel_->progs.sched_wakeup, sched);
     bpf_program__set_autoload(skel_->progs.wait_sample, probes.wait_samples());
@@ -184,6 +186,7 @@ void TracerProgram::load(ProbeAttacher& probes) {
     bpf_program__set_autoload(skel_->progs.op_sample, op_sampled);  // the fallback where the tick's program is refused
     bpf_program__set_autoload(skel_->progs.op_tick, on_tick);
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
+    probes.leave_out_unused_programs();
     int err = tracer_bpf__load(skel_);
     if (err) {
         if ((err == -EPERM || err == -EACCES) && geteuid() != 0)
