@@ -10,7 +10,8 @@ const std::vector<KnobInfo>& knobs() {
         {Knob::Cache, "PROFINFER_CACHE", "where models, llama.cpp builds and downloads are kept (default ~/.cache/profinfer)"},
         {Knob::Cards, "PROFINFER_CARDS", "the model cards' directory (default: models/cards of the source tree)"},
         {Knob::Boards, "PROFINFER_BOARDS", "the board profiles' directory (default: boards/profiles of the source tree)"},
-        {Knob::LibbpfVerbose, "PROFINFER_LIBBPF_VERBOSE", "set: libbpf's messages (the verifier's log) on stderr"},
+        {Knob::LibbpfVerbose, "PROFINFER_LIBBPF_VERBOSE", "set: libbpf's messages (the verifier's log) on stderr; stats: the verifier's time and instructions for each "
+         "program loaded"},
         {Knob::ThreadSlots, "PROFINFER_THREAD_SLOTS",
          "N: threads with a node under way at once the BPF side keeps (default max(64, 4 per CPU)); tests fill it"},
         {Knob::SchedSwitch, "PROFINFER_SCHED_SWITCH",

@@ -33,7 +33,11 @@ namespace profinfer {
 
 namespace {
 
+bool verifier_stats() { return knob(Knob::LibbpfVerbose).value_or("") == "stats"; }
+
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+    // =stats: only each program's load log, which then holds the verifier's statistics alone.
+    if (verifier_stats()) return std::strstr(fmt, "PROG LOAD LOG") ? vfprintf(stderr, fmt, args) : 0;
     if (level == LIBBPF_DEBUG) return 0;
     if (!knob(Knob::LibbpfVerbose)) return 0;
     return vfprintf(stderr, fmt, args);
@@ -187,6 +191,10 @@ void TracerProgram::load(ProbeAttacher& probes) {
     bpf_program__set_autoload(skel_->progs.op_tick, on_tick);
     bpf_program__set_autoload(skel_->progs.follow_fork, launched_);
     probes.leave_out_unused_programs();
+    if (verifier_stats()) {
+        bpf_program* prog;
+        bpf_object__for_each_program(prog, skel_->obj) bpf_program__set_log_level(prog, 4);  // BPF_LOG_STATS
+    }
     int err = tracer_bpf__load(skel_);
     if (err) {
         if ((err == -EPERM || err == -EACCES) && geteuid() != 0)
