@@ -1,6 +1,7 @@
 #include "profinfer/trace_metrics.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,14 @@ void hog_speeds(store::Database& db, nlohmann::json& m) {
         for (int k = 0; k < 3; ++k)
             if (!tpot[k].empty()) m[std::string("decode_tps_") + parts[k] + "_hog"] = number_or_null(1000.0 / median_of(tpot[k]));
     }
+}
+
+// What `profinfer estimate` predicted for the recording's level (noted in the trace by the
+// runner where a study reads it): beside the measured slowdown. Absent elsewhere.
+void predicted_slowdown(store::Database& db, nlohmann::json& m) {
+    const auto meta = db.meta();
+    if (meta.has(store::MetaKey::PredictedSlowdownPct))
+        m["predicted_slowdown_pct"] = number_or_null(std::strtod(meta[store::MetaKey::PredictedSlowdownPct].c_str(), nullptr));
 }
 
 // Paper Fig. 9 within one generation: attention time per decode step at the end of the
@@ -239,7 +248,7 @@ void wait_by_kind(store::Database& db, nlohmann::json& m) {
 nlohmann::json trace_metrics(store::Database& db) {
     nlohmann::json m = nlohmann::json::object();
     for (auto* metric : {decode_speed, prefill_speed, operator_shares, wait_share, preemptions, hog_speeds, growth_within_run,
-                         gpu_share, weight_stream_and_blocks, kq_over_weight, moe, wait_by_kind})
+                         gpu_share, weight_stream_and_blocks, kq_over_weight, moe, wait_by_kind, predicted_slowdown})
         metric(db, m);  // in this order: preemptions reads decode_calls
     return m;
 }

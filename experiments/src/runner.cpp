@@ -399,6 +399,20 @@ int64_t monotonic_ns() {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// What `profinfer estimate` predicts for LEVEL from the run's own trace DB and this machine's
+// costs, measured now (the run has ended: nothing else of the study runs), noted in the trace.
+// As the duet peer asks it (experiments/peers/duet_peer.py); a failure fails the run.
+void note_prediction(const RunOptions& opt, const fs::path& db, const std::string& level) {
+    const ProcessResult e = run_process({opt.profinfer.string(), "estimate", db.string(), "--json", "--seconds", "1"});
+    if (e.status != 0) throw Error("profinfer estimate " + db.string() + " exited with status " + std::to_string(e.status) + ": " + e.err);
+    const auto j = nlohmann::json::parse(e.out, nullptr, false);
+    if (j.is_object() && j.contains("levels"))
+        for (const auto& l : j["levels"])
+            if (l.value("level", "") == level && l.contains("slowdown_pct") && l["slowdown_pct"].is_number())
+                return store::note_predicted_slowdown(db, l["slowdown_pct"].get<double>());
+    throw Error("profinfer estimate " + db.string() + " gave no prediction for level " + level + ": " + e.out);
+}
+
 // One run of point P in ROUND into DB (HEAD: its progress line; LEFT: runs left after it, for
 // the ETA): the workload run, beside its hog and bpftrace floor, and its outcome indexed.
 void run_point(const ExperimentSpec& spec, const RunOptions& opt, RunIndex& ix, const SweepPoint& p, int round,
@@ -442,6 +456,11 @@ void run_point(const ExperimentSpec& spec, const RunOptions& opt, RunIndex& ix, 
                                     hog.stop_s < 0 ? monotonic_ns() : hog_t0 + int64_t(hog.stop_s * 1e9)});
     if (r.status == 0 && p.at("backend") == "vulkan" && p.at("vkperf") == "on" && w.traced)  // the logger's device times (Fig. 12)
         OutputFile::write(vulkan_timings_file(db), r.err);
+    if (r.status == 0 && w.traced && !w.predict_level.empty()) try {
+            note_prediction(opt, db, w.predict_level);
+        } catch (const Error& e) {
+            r.status = 1, r.err = e.what();  // the run fails, saying why
+        }
     if (r.status == 0) {
         ix.put(p, round, "done", w.traced ? db.string() : "", shown, "", started, ended, r.out);
         index.set_cpu(p.id(), round, cpu_s);

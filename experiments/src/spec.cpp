@@ -53,7 +53,7 @@ void check_file_name_part(const std::string& v, const std::string& what) {
 // The programs a point can run, and the tracers it can run under (docs/experiments.md).
 bool known_tracer(const std::string& t) {
     static const std::set<std::string> kTracers = {
-        "level", "none", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
+        "level", "none", "none-again", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
         "bpftrace-stream", "op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired",
         "evalcb", "dump-dot", "ort-profile"};
     if (kTracers.count(t)) return true;
@@ -286,6 +286,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         }
         s.baseline = read_selector((*o)["baseline"], file.string() + " [outputs] baseline");
         s.fidelity = (*o)["fidelity"].value_or(false);
+        s.predicted = (*o)["predicted"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);
         s.matmul_backends = (*o)["matmul_backends"].value_or(false);
     }

@@ -110,10 +110,15 @@ void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
     std::map<std::string, const PointSamples*> base;
     for (const auto& p : points)
         if (p.matches(spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
+    // Where its runs noted what `profinfer estimate` predicted (predicted_slowdown_pct): a
+    // column beside the measured slowdown.
+    bool predicted = false;
+    for (const auto& p : points) predicted = predicted || !p.of("predicted_slowdown_pct").empty();
     Table t;
     t.columns = {"point", "group", "n", "decode_slowdown_pct", "decode_slowdown_lo", "decode_slowdown_hi",
                  "prefill_slowdown_pct", "prefill_slowdown_lo", "prefill_slowdown_hi", "cpu_pct", "cpu_lo", "cpu_hi",
                  "x_floor"};
+    if (predicted) t.columns.insert(t.columns.end(), {"predicted_pct", "predicted_lo", "predicted_hi"});
     std::ostringstream md;
     md << "# " << spec.title << ": each point against its baseline (" << spec.name << ")\n\n"
        << "Per point, against the point of its group with";
@@ -121,11 +126,16 @@ void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
     md << ", in the same rounds: slowdown = 100 × (1 − its speed / the baseline's), CPU = 100 × (its CPU time / the "
           "baseline's − 1) (the run's whole CPU time, tracer included); each the median over the rounds of the round's own "
           "ratio (both measured in that round) with a 95 % bootstrap interval over rounds (for program=server the decode "
-          "column is the server's throughput, serve_tps); × floor: the decode slowdown over the bpftrace floor's in the same group.\n\n"
-       << "| point | group | n | decode slowdown % | prefill slowdown % | CPU time % | × floor |\n|---|---|---|---|---|---|---|\n";
+          "column is the server's throughput, serve_tps); × floor: the decode slowdown over the bpftrace floor's in the same group."
+       << (predicted ? " predicted: what `profinfer estimate` predicted for the level from each run's own trace and this "
+                       "machine's costs measured right after it (median over the rounds); inside the decode slowdown's "
+                       "interval or not."
+                     : "")
+       << "\n\n| point | group | n | decode slowdown % | prefill slowdown % | CPU time % | × floor |"
+       << (predicted ? " predicted % | |\n|---|---|---|---|---|---|---|---|---|\n" : "\n|---|---|---|---|---|---|---|\n");
     struct Row {
         std::string name, group;
-        Interval d, p, c;
+        Interval d, p, c, e;  // e: the predicted slowdown
     };
     std::vector<Row> rows;
     std::map<std::string, double> floor;  // the bpftrace floor's decode slowdown, per group
@@ -147,7 +157,10 @@ void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
         // A server's speed is its throughput (serve_tps): the "decode" column holds it.
         const char* speed = p.params.at("program") == "server" ? "serve_tps" : "bench_tg_tps";
         rows.push_back({name, g, slowdown(ratio_interval(p.of(speed), b->second->of(speed))),
-                        slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c});
+                        slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c, {}});
+        std::vector<double> e;
+        for (const auto& [round, v] : p.of("predicted_slowdown_pct")) e.push_back(v);
+        if (!e.empty()) rows.back().e = median_interval(e);
         if (p.params.at("tracer") == "bpftrace") floor[g] = rows.back().d.median;
     }
     for (const auto& r : rows) {
@@ -157,8 +170,17 @@ void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
         t.rows.push_back({r.name, r.group, int64_t(r.d.n), number_or_null(r.d.median), number_or_null(r.d.lo),
                           number_or_null(r.d.hi), number_or_null(r.p.median), number_or_null(r.p.lo), number_or_null(r.p.hi),
                           number_or_null(r.c.median), number_or_null(r.c.lo), number_or_null(r.c.hi), number_or_null(x)});
+        if (predicted)
+            t.rows.back().insert(t.rows.back().end(),
+                                 {number_or_null(r.e.median), number_or_null(r.e.lo), number_or_null(r.e.hi)});
         md << "| " << r.name << " | " << (r.group.empty() ? "–" : r.group) << " | " << r.d.n << " | " << with_interval(r.d)
-           << " | " << with_interval(r.p) << " | " << with_interval(r.c) << " | " << format_double(x) << " |\n";
+           << " | " << with_interval(r.p) << " | " << with_interval(r.c) << " | " << format_double(x) << " |";
+        if (predicted) {
+            const bool inside = std::isfinite(r.e.median) && r.d.has_interval() && r.e.median >= r.d.lo && r.e.median <= r.d.hi;
+            md << " " << (std::isfinite(r.e.median) ? format_double(r.e.median) : "–") << " | "
+               << (!std::isfinite(r.e.median) || !r.d.has_interval() ? "–" : inside ? "inside" : "outside") << " |";
+        }
+        md << "\n";
     }
     OutputFile::write(out_dir / "vs-baseline.csv", t.to_csv());
     OutputFile::write(out_dir / "vs-baseline.md", md.str());

@@ -106,7 +106,7 @@ BpftraceFloor::~BpftraceFloor() { stop(); }
 
 bool is_traced(const SweepPoint& p) {
     const std::string& tracer = p.at("tracer");
-    return p.at("program") != "attach" && p.at("program") != "duet" && !(tracer == "none" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
+    return p.at("program") != "attach" && p.at("program") != "duet" && !(tracer == "none" || tracer == "none-again" || tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile" ||
              tracer == "bpftrace" || tracer == "bpftrace-stream");
 }
 
@@ -237,6 +237,9 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
     Workload w;
     const std::string& program = p.at("program");
     const std::string& tracer = p.at("tracer");
+    if (tracer == "none-again" && program != "llama-bench")
+        throw Error("tracer none-again (a second untraced run in the same round: the A/A of separate runs) belongs to "
+                    "program llama-bench; a duet's A/A is tracer none");
     if (program == "llama-bench") {
         if (tracer == "evalcb" || tracer == "dump-dot" || tracer == "ort-profile")
             throw Error("tracer " + tracer + " belongs to another program than llama-bench");
@@ -272,6 +275,10 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
     if (p.at("mem") != "none") w.argv.insert(w.argv.end(), {"--memory-limit", p.at("mem")});
     w.argv.push_back("--");
     w.argv.insert(w.argv.end(), w.program.begin(), w.program.end());
+    // A level as record takes it by default: what `profinfer estimate` predicts for it (not
+    // in a quick run: no intervals to hold it against).
+    static const std::set<std::string> kPredicted = {"token", "graph", "op-sampled", "op", "full"};
+    if (r.args.empty() && kPredicted.count(r.level) && spec.predicted && !opt.quick) w.predict_level = r.level;
     return w;
 }
 

@@ -88,6 +88,9 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::BudgetTracesEveryCall, "budget_traces_every_call", "1 when the budget allowed tracing every call"},
         {K::HogStartNs, "hog_start_ns", "the experiment runner's CPU hog (paper Fig. 8) started, tracer clock"},
         {K::HogStopNs, "hog_stop_ns", "it stopped"},
+        {K::PredictedSlowdownPct, "predicted_slowdown_pct",
+         "what `profinfer estimate` predicted for this recording's level on this machine, asked right after it (the "
+         "experiment runner, where a study's figure or claim reads it)"},
     };
     return keys;
 }

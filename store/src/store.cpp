@@ -338,6 +338,14 @@ void note_hog_window(const std::filesystem::path& trace, const HogWindow& w) {
     db.set_meta(MetaKey::HogStopNs, std::to_string(w.stop_ns));
 }
 
+void note_predicted_slowdown(const std::filesystem::path& trace, double pct) {
+    Database db(trace, Database::Mode::Annotate);
+    std::ostringstream v;
+    v.precision(17);
+    v << pct;
+    db.set_meta(MetaKey::PredictedSlowdownPct, v.str());
+}
+
 void Database::set_meta(MetaKey key, const std::string& value) {
     Statement st(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
     st.bind(1, std::string(name(key))).bind(2, value).run();

@@ -538,6 +538,113 @@ metrics = ["duet_slowdown_pct"]
         << by["op"].dump() << "\n" << by["none"].dump();
 }
 
+// Separate runs with their A/A and predictions ([outputs] predicted): tracer none-again is
+// llama-bench untraced once more in each round (no trace), and each traced run of a level
+// asks `profinfer estimate` on its own trace what that level should cost; vs-baseline shows
+// the prediction beside the measured slowdown. A study without `predicted` asks nothing and
+// its table keeps its columns; none-again belongs to llama-bench.
+TEST(ExperimentRun, SeparateRunsCarryTheirAAAndPredictions) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    const std::string spec = R"(
+name = "tiny-cost"
+title = "Tiny costs"
+level = "op"
+scale = "tiny"
+[sweep]
+model = ["llama3.2-1b"]
+type = ["f16"]
+threads = [1]
+gen = [8]
+prompt = ["8"]
+tracer = ["none", "none-again", "token", "op"]
+[outputs]
+baseline = { tracer = "none" }
+PREDICTED
+[figure]
+x = "tracer"
+metrics = ["decode_tps"]
+)";
+    auto write = [&](const std::string& name, const std::string& predicted) {
+        std::string s = spec;
+        s.replace(s.find("PREDICTED"), 9, predicted);
+        std::ofstream(d / name) << s;
+    };
+    write("spec.toml", "predicted = true");
+    write("plain.toml", "");
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    // Every traced run's trace holds its level's prediction; none-again has no trace.
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((out / "index.db").c_str(), &h, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    std::map<std::string, std::vector<double>> predicted;  // tracer → per run
+    std::map<std::string, int> runs;
+    {
+        store::Statement st(h, "SELECT params, coalesce(db, '') FROM runs WHERE status = 'done'");
+        while (st.step()) {
+            const std::string tracer = nlohmann::json::parse(st.column_text(0))["tracer"];
+            ++runs[tracer];
+            const std::string db = st.column_text(1);
+            if (tracer == "none" || tracer == "none-again") {
+                EXPECT_EQ(db, "") << tracer;
+                continue;
+            }
+            store::Database t(db, store::Database::Mode::ReadOnly);
+            const std::string v = t.meta()[store::MetaKey::PredictedSlowdownPct];
+            ASSERT_FALSE(v.empty()) << tracer;
+            predicted[tracer].push_back(std::stod(v));
+        }
+    }
+    sqlite3_close(h);
+    EXPECT_EQ(runs, (std::map<std::string, int>{{"none", 2}, {"none-again", 2}, {"token", 2}, {"op", 2}}));
+    ASSERT_EQ(predicted["op"].size(), 2u);
+    ASSERT_EQ(predicted["token"].size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_GT(predicted["token"][i], 0);
+        // The tiny model's nodes last a few µs: a trap per node and thread costs far more
+        // than two per call.
+        EXPECT_GT(predicted["op"][i], 10 * predicted["token"][i]);
+    }
+    auto has_column = [](const Table& t, const std::string& c) {
+        return std::find(t.columns.begin(), t.columns.end(), c) != t.columns.end();
+    };
+    const Table vs = Table::read_csv_file(out / "vs-baseline.csv");
+    ASSERT_TRUE(has_column(vs, "predicted_pct"));
+    std::set<std::string> rows;
+    for (const auto& row : vs.rows) {
+        const std::string point = row[vs.column("point")];
+        rows.insert(point);
+        if (point == "tracer=none-again") {
+            EXPECT_TRUE(row[vs.column("predicted_pct")].is_null());
+            EXPECT_TRUE(row[vs.column("decode_slowdown_pct")].is_number());
+        } else {
+            const auto& p = predicted[point.substr(7)];
+            EXPECT_NEAR(row[vs.column("predicted_pct")].get<double>(), (p[0] + p[1]) / 2, 1e-5 * std::abs(p[0] + p[1]));  // the CSV keeps 7 digits
+        }
+    }
+    EXPECT_EQ(rows, (std::set<std::string>{"tracer=none-again", "tracer=token", "tracer=op"}));
+    EXPECT_NE(read_file(out / "vs-baseline.md").find("| predicted % |"), std::string::npos);
+
+    // Without `predicted`: nothing asked, the table as before.
+    auto plain = run({profinfer_bin(), "experiment", "run", d / "plain.toml", "-o", d / "plain", "--rounds", "2"});
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    EXPECT_FALSE(has_column(Table::read_csv_file(d / "plain" / "vs-baseline.csv"), "predicted_pct"));
+    for (const auto& f : fs::directory_iterator(d / "plain" / "points"))
+        if (f.path().extension() == ".db") {
+            store::Database t(f.path(), store::Database::Mode::ReadOnly);
+            EXPECT_FALSE(t.meta().has(store::MetaKey::PredictedSlowdownPct)) << f.path();
+        }
+    // none-again is llama-bench's A/A: a duet's is tracer none.
+    std::string duet = spec;
+    duet.replace(duet.find("PREDICTED"), 9, "");
+    duet.replace(duet.find("[sweep]\n"), 8, "[sweep]\nprogram = [\"duet\"]\n");
+    std::ofstream(d / "duet.toml") << duet;
+    auto refused = run({profinfer_bin(), "experiment", "run", d / "duet.toml", "-o", d / "duet", "--rounds", "1"});
+    EXPECT_NE(refused.status, 0);
+    EXPECT_NE(refused.err.find("none-again"), std::string::npos) << refused.err;
+}
+
 // Program attach: one long-running target measured by its own clock in windows with
 // `profinfer record --pid` attached and windows without. The recording holds exactly the
 // target's calls of its windows, and on the tiny model (operators of a few µs) the operator

@@ -64,6 +64,7 @@ struct Workload {
     bool stream = false;               // bpftrace prints a line per hit, read to the end
     bool traced = false;               // argv records into the run's DB
     std::filesystem::path nodes_csv;   // program evalcb under tracer evalcb: the callback's node times
+    std::string predict_level;         // after the run: `profinfer estimate` on its trace, for this level
 };
 // Whether the point's run records a trace DB (profinfer record around the program) rather
 // than running the program alone. Program attach records its own windows and keeps no DB.

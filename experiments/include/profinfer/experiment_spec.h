@@ -74,12 +74,17 @@ struct ExperimentSpec {
     // Operator times of profinfer against llama.cpp's eval callback (program evalcb, tracer op
     // against tracer evalcb), per round: fidelity.csv/md.
     bool fidelity = false;
+    // Each traced run of a level (as record takes it by default) asks `profinfer estimate`
+    // what the level should cost, from its own trace (predicted_slowdown_pct; about 1.5 s a
+    // run; not in a quick run), shown beside the measured slowdown in vs-baseline.md.
+    bool predicted = false;
     // Interleaved rounds: each round records every point once, in an order that changes
     // from round to round. At least 5 for the full sweep, 2 for the quick one.
     int rounds = 5, quick_rounds = 2;
     std::vector<Claim> claims;
 
     int rounds_for(bool quick) const { return quick ? quick_rounds : rounds; }
+
     static ExperimentSpec load(const std::filesystem::path& file);
     // The points of the sweep (Cartesian product, in the spec's order), quick or full.
     std::vector<SweepPoint> points(bool quick) const;

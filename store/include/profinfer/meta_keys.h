@@ -26,7 +26,7 @@ enum class MetaKey {
     QosMinTps, BudgetPct, BudgetCostPct, BudgetSwitchCostPct, BudgetGapCalls, BudgetWindowCostCalls,
     BudgetTracesEveryCall,
     // added after the run by the experiment runner (paper Fig. 8's CPU hog)
-    HogStartNs, HogStopNs,
+    HogStartNs, HogStopNs, PredictedSlowdownPct,
 };
 
 struct MetaKeyInfo {

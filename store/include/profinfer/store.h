@@ -138,6 +138,8 @@ struct HogWindow {
 };
 std::optional<HogWindow> hog_window(const Meta& meta);
 void note_hog_window(const std::filesystem::path& trace, const HogWindow& w);
+// The experiment runner's: what `profinfer estimate` predicted for the recording's level.
+void note_predicted_slowdown(const std::filesystem::path& trace, double pct);
 // One line for stderr when the run is not complete or lost anything, else empty.
 std::string health_warning(const std::filesystem::path& path, const RunHealth& h);
 
