@@ -91,7 +91,7 @@ void hog_speeds(store::Database& db, nlohmann::json& m) {
 }
 
 // What `profinfer estimate` predicted for the recording's level (noted in the trace by the
-// runner where a study reads it): beside the measured slowdown. Absent elsewhere.
+// runner in a study with [outputs] predicted = true): beside the measured slowdown. Absent elsewhere.
 void predicted_slowdown(store::Database& db, nlohmann::json& m) {
     const auto meta = db.meta();
     if (meta.has(store::MetaKey::PredictedSlowdownPct))

@@ -90,7 +90,7 @@ const std::vector<MetaKeyInfo>& meta_registry() {
         {K::HogStopNs, "hog_stop_ns", "it stopped"},
         {K::PredictedSlowdownPct, "predicted_slowdown_pct",
          "what `profinfer estimate` predicted for this recording's level on this machine, asked right after it (the "
-         "experiment runner, where a study's figure or claim reads it)"},
+         "experiment runner, in a study with [outputs] predicted = true)"},
     };
     return keys;
 }
