@@ -40,7 +40,10 @@ not over the gap before its first window.
 LEVEL none is the A/A control: both sides untraced, one on the copy, one on the original —
 the method's own noise, in the same rounds. LEVEL bpftrace: the count-only floor (bpftrace
 counting the operator hooks, BPFTRACE the script written for the original libraries, run on
-the copy's) on the traced side.
+the copy's) on the traced side. --against-bpftrace SCRIPT: the untraced side runs under that
+floor (bpftrace on the original libraries, pinned with that side), so a level's slowdown is
+its cost beyond the floor's, measured within the same windows rather than as the difference of
+two duets' (each with its own noise).
 
 Prints one JSON line: duet_slowdown_pct, traced_tps, untraced_tps (geometric means over the
 windows), the ratio with the traced side on each CPU, the CPUs' own speeds (cpu0_tps, cpu1_tps: the untraced side on
@@ -234,21 +237,12 @@ def duet(a, copy, cpus, work):
     else:
         traced_argv = [a.profinfer, "record", "--stop-with-parent", "--level", a.level, "--board", a.board, "-o", db]
         traced_argv += a.record_arg + ["--"] + gated("traced")
-    bt = None
-    if a.level == "bpftrace":
-        # The floor: bpftrace's probes on the copy's operator hooks, attached before the duet;
-        # bpftrace itself moves with the traced side.
-        script = a.bpftrace.replace(a.libs, copy)
-        bt = subprocess.Popen(["taskset", "-c", str(cpus[0]), "bpftrace", "-B", "none", "-e", script], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        said = ""
-        for line in bt.stdout:  # warnings first (bpftrace 0.17: "couldn't set RLIMIT_MEMLOCK"), then attaching
-            said += line
-            if line.startswith("Attaching"):
-                break
-        else:
-            bt.wait()
-            fail(f"bpftrace exited with status {bt.returncode} before attaching: {said[-500:]}")
+    # The floor: bpftrace's probes on the copy's operator hooks (level bpftrace), or on the
+    # original libraries' (--against-bpftrace: the untraced side runs under the floor, and the
+    # slowdown is the level's cost beyond the floor's), attached before the duet; bpftrace
+    # moves with the side it probes.
+    bt = start_bpftrace(a.bpftrace.replace(a.libs, copy), cpus[0]) if a.level == "bpftrace" else None
+    floor = start_bpftrace(a.against_bpftrace, cpus[1]) if a.against_bpftrace else None
     errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
@@ -273,7 +267,8 @@ def duet(a, copy, cpus, work):
             if w:  # the first window runs where the sides started
                 for pid in [traced.proc.pid] + ([bt.pid] if bt else []):
                     pin(pid, on)
-                pin(untraced.proc.pid, cpus[(w + 1) % 2])
+                for pid in [untraced.proc.pid] + ([floor.pid] if floor else []):
+                    pin(pid, cpus[(w + 1) % 2])
             if a.recorder_apart and launched:  # profinfer's own threads with the untraced side
                 pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
             if w or a.recorder_apart:
@@ -289,15 +284,9 @@ def duet(a, copy, cpus, work):
         # SIGTERM to profinfer: it passes it on to the command and ends the recording.
         for side in (traced, untraced):
             side.stop()
-        if bt:
-            # Its counts are not read; an end that hangs (bpftrace once sat in epoll_wait for
-            # 9 minutes after its SIGINT, 2026-12-06) is cut after 30 s.
-            bt.send_signal(signal.SIGINT)
-            try:
-                bt.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                bt.kill()
-                bt.communicate()
+        for b in (bt, floor):
+            if b:
+                stop_bpftrace(b)
     if traced.proc.returncode != 0:
         errs[0].seek(0)
         fail(f"the traced side exited with status {traced.proc.returncode}: {errs[0].read().strip()[-1500:]}")
@@ -308,12 +297,38 @@ def duet(a, copy, cpus, work):
         calls = (j.get("decode_calls") or 0) + (j.get("prefill_calls") or 0)
         if calls and a.level in ("op", "full"):  # the calls whose operators were recorded (--budget: its gate's)
             meta["traced_calls_pct"] = 100.0 * (1 - (j.get("ops_untraced_calls") or 0) / calls)
-        if not a.record_arg and j.get("decode_calls"):  # a run with no probe in the target (noprobe) has none
+        # Not against the floor (the prediction is against no probe); a run with no probe in
+        # the target (noprobe) has no decode calls.
+        if not a.record_arg and not a.against_bpftrace and j.get("decode_calls"):
             predicted = predict(a, db)
     for e in errs:
         e.close()
     meta["start_offset_s"] = offset
     return windows, meta, predicted
+
+
+def start_bpftrace(script, cpu):
+    """bpftrace running SCRIPT pinned to CPU, once it says it is attaching."""
+    bt = subprocess.Popen(["taskset", "-c", str(cpu), "bpftrace", "-B", "none", "-e", script], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    said = ""
+    for line in bt.stdout:  # warnings first (bpftrace 0.17: "couldn't set RLIMIT_MEMLOCK"), then attaching
+        said += line
+        if line.startswith("Attaching"):
+            return bt
+    bt.wait()
+    fail(f"bpftrace exited with status {bt.returncode} before attaching: {said[-500:]}")
+
+
+def stop_bpftrace(bt):
+    """Its counts are not read; an end that hangs (bpftrace once sat in epoll_wait for 9
+    minutes after its SIGINT, 2026-12-06) is cut after 30 s."""
+    bt.send_signal(signal.SIGINT)
+    try:
+        bt.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        bt.kill()
+        bt.communicate()
 
 
 def predict(a, db):
@@ -336,6 +351,9 @@ def main():
     ap.add_argument("--record-arg", action="append", default=[], help="one more argument of profinfer record (repeatable)")
     ap.add_argument("--profinfer", required=True)
     ap.add_argument("--bpftrace", help="level bpftrace: the script, on the original libraries' paths (run on the copy's)")
+    ap.add_argument("--against-bpftrace", metavar="SCRIPT",
+                    help="the untraced side runs under the floor (SCRIPT, bpftrace on the original libraries): the "
+                         "slowdown is the level's cost beyond the floor's, paired within each window")
     ap.add_argument("--board", default="host")
     ap.add_argument("--tokens", type=int, default=48, help="tokens per cycle from an empty context (llama-bench -n)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds decoded after the first cycle, before the window")
@@ -354,6 +372,8 @@ def main():
         fail("--cpus needs two different CPUs")
     if a.level == "bpftrace" and not a.bpftrace:
         fail("level bpftrace needs --bpftrace SCRIPT")
+    if a.against_bpftrace and a.level in ("none", "bpftrace"):
+        fail("--against-bpftrace compares a profinfer level with the floor, not " + a.level)
     if a.windows < 2 or a.windows % 2:
         fail("--windows must be even (each CPU holds the traced side as often), at least 2")
     a.libs = library_dir(a.target)
@@ -367,7 +387,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     gmean = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     ratio_on = {c: gmean([t / u for on, t, u in windows if on == c]) for c in cpus}
-    out = {"level": a.level, "tokens": a.tokens, "window_s": a.window, "windows": a.windows,
+    out = {"level": a.level, "against": "bpftrace" if a.against_bpftrace else "none", "tokens": a.tokens, "window_s": a.window, "windows": a.windows,
            "duet_slowdown_pct": 100.0 * (1.0 - gmean([t / u for _, t, u in windows])),
            "traced_tps": gmean([t for _, t, _ in windows]), "untraced_tps": gmean([u for _, _, u in windows]),
            # the ratio with the traced side on each CPU, and each CPU's own speed (the untraced

@@ -43,10 +43,12 @@ Testbed Testbed::here() {
 }
 
 std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& all_points,
-                                         const Testbed& here, const std::vector<PointSamples>& fits) {
+                                         const Testbed& here, const DerivedSamples& derived) {
     std::vector<ClaimResult> out;
+    static const std::vector<PointSamples> kNone;
     for (const auto& c : spec.claims) {
-        const std::vector<PointSamples>& points = c.on == "fits" ? fits : all_points;
+        const auto d = derived.find(c.on);
+        const std::vector<PointSamples>& points = c.on.empty() ? all_points : d == derived.end() ? kNone : d->second;
         std::string untestable = c.not_testable;
         if (untestable.empty() && c.requires_cpus > here.cpus)
             untestable = "needs " + std::to_string(c.requires_cpus) + " CPUs or more; this machine has " +
@@ -65,7 +67,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
         }
         if (as.empty()) {
             out.push_back({&c, "", Interval{}, Verdict::NotTestable,
-                           std::string(c.on == "fits" ? "no fitted line" : "no recorded point") + " matches a"});
+                           std::string(c.on == "fits" ? "no fitted line" : c.on == "shares" ? "no pair of op and op-sampled points" : "no recorded point") + " matches a"});
             continue;
         }
         for (const auto& [group, a] : as) {

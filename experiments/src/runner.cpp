@@ -241,7 +241,7 @@ std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install
     // The tools a point's tracer or program runs (a board's image may lack them).
     const std::string tracer = p.at("tracer"), program = p.at("program");
     std::string tool;
-    if (tracer.rfind("bpftrace", 0) == 0)
+    if (tracer.rfind("bpftrace", 0) == 0 || tracer == "op-vs-bpftrace")
         tool = "bpftrace";
     else if (program == "ort")
         tool = "node";

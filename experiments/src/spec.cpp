@@ -53,7 +53,7 @@ void check_file_name_part(const std::string& v, const std::string& what) {
 // The programs a point can run, and the tracers it can run under (docs/experiments.md).
 bool known_tracer(const std::string& t) {
     static const std::set<std::string> kTracers = {
-        "level", "none", "none-again", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
+        "level", "none", "none-again", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-vs-bpftrace", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace",
         "bpftrace-stream", "op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired",
         "evalcb", "dump-dot", "ort-profile"};
     if (kTracers.count(t)) return true;
@@ -128,16 +128,21 @@ std::map<std::string, std::vector<std::string>> read_sweep(const toml::table* t,
 // on the fitted lines one of a line's: model — "all" for the line pooled over the models —,
 // type, backend, threads, batch — "n=1" or "n>1").
 std::map<std::string, std::string> read_selector(const toml::node_view<const toml::node>& n, const std::string& where,
-                                                 bool on_fits = false) {
+                                                 const std::string& on = "") {
     std::map<std::string, std::string> out;
     if (!n) return out;
     const auto* t = n.as_table();
     if (!t) throw Error(where + " is a table of parameter values, e.g. { ctx = 0 }");
-    if (on_fits) {
+    if (!on.empty()) {
+        // What a derived sample is named by: a fitted line, or a model's shares.
+        const std::set<std::string> keys = on == "fits" ? std::set<std::string>{"model", "type", "backend", "threads", "batch"}
+                                                        : std::set<std::string>{"model", "type", "threads"};
         for (const auto& [k, v] : *t) {
             const std::string key(k.str());
-            if (key != "model" && key != "type" && key != "backend" && key != "threads" && key != "batch")
-                throw Error(where + ": a fitted line has model, type, backend, threads and batch, not '" + key + "'");
+            if (!keys.count(key))
+                throw Error(where + ": " + (on == "fits" ? "a fitted line has model, type, backend, threads and batch"
+                                                         : "a model's shares have model, type and threads") +
+                            ", not '" + key + "'");
             out[key] = as_text(v);
         }
         return out;
@@ -157,10 +162,11 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     c.metric_b = t["metric_b"].value_or(std::string());
     if (c.says.empty() || c.metric.empty()) throw Error(where + " needs says and metric");
     c.on = t["on"].value_or(std::string());
-    if (!c.on.empty() && c.on != "fits")
-        throw Error(where + ": on is \"fits\" (the fitted lines) or absent (the points), not '" + c.on + "'");
-    c.a = read_selector(t["a"], where + " a", !c.on.empty());
-    c.b = read_selector(t["b"], where + " b", !c.on.empty());
+    if (!c.on.empty() && c.on != "fits" && c.on != "shares")
+        throw Error(where + ": on is \"fits\" (the fitted lines), \"shares\" (op-sampled's shares against op's) or "
+                    "absent (the points), not '" + c.on + "'");
+    c.a = read_selector(t["a"], where + " a", c.on);
+    c.b = read_selector(t["b"], where + " b", c.on);
     if (auto v = t["value"].value<double>()) c.value = *v;
     const std::string expect = t["expect"].value_or(std::string());
     const std::string other = c.value ? "value" : "b";
@@ -289,6 +295,7 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         s.predicted = (*o)["predicted"].value_or(false);
         s.matmuls = (*o)["matmuls"].value_or(false);
         s.matmul_backends = (*o)["matmul_backends"].value_or(false);
+        s.sampled_shares = (*o)["sampled_shares"].value_or(false);
     }
     s.rounds = int(t["rounds"].value_or(int64_t(5)));
     s.quick_rounds = int(t["quick_rounds"].value_or(int64_t(2)));

@@ -86,9 +86,9 @@ std::string group_name(const std::map<std::string, std::string>& params, const s
 // The stages' outputs, each appending the files it wrote to WRITTEN.
 // Per point, from its first recorded round: the DAG, stat tables, figures, timeline.
 void write_point_outputs(const Study& s, std::vector<std::filesystem::path>& written);
-// The summaries across points (MatMul lines, wait methods, backends); returns the fitted
-// lines, for claims on them.
-std::vector<PointSamples> write_across_points(const Study& s, std::vector<std::filesystem::path>& written);
+// The summaries across points (MatMul lines, wait methods, backends, sampled shares); returns
+// the fitted lines and the shares' gaps, for claims on them.
+DerivedSamples write_across_points(const Study& s, std::vector<std::filesystem::path>& written);
 // table.csv, points.csv (what profinfer fit reads) and runs.csv (every run's metrics).
 void write_points_tables(const Study& s, std::vector<std::filesystem::path>& written);
 // vs-baseline.csv/.md: every point against its group's baseline point (spec.baseline).

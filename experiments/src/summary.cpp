@@ -66,7 +66,7 @@ void write_point_outputs(const Study& s, std::vector<fs::path>& written) {
     }
 }
 
-std::vector<PointSamples> write_across_points(const Study& s, std::vector<fs::path>& written) {
+DerivedSamples write_across_points(const Study& s, std::vector<fs::path>& written) {
     const ExperimentSpec& spec = s.spec;
     const fs::path& out_dir = s.out_dir;
     // Every (point, round) recording, for the summaries across points below.
@@ -76,14 +76,14 @@ std::vector<PointSamples> write_across_points(const Study& s, std::vector<fs::pa
         for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
         rounds = std::max(rounds, r.dbs.size());
     }
-    std::vector<PointSamples> fits;  // the fitted lines, for claims on them
+    DerivedSamples derived;  // the fitted lines and the shares' gaps, for claims on them
     if (spec.matmuls) {
         auto m = summarise_matmuls(spec, pts, out_dir,
                                    s.machine() + "; " + std::to_string(s.points.size()) +
                                        " points (models x types x threads); --level " + spec.level +
                                        "; each shape's median per call, every round: " + rounds_text(rounds));
         written.insert(written.end(), m.files.begin(), m.files.end());
-        fits = std::move(m.fits);
+        derived["fits"] = std::move(m.fits);
     }
     if (std::find(spec.figures.begin(), spec.figures.end(), "threads") != spec.figures.end()) {
         const auto f = summarise_wait_methods(spec, pts, out_dir,
@@ -99,18 +99,25 @@ std::vector<PointSamples> write_across_points(const Study& s, std::vector<fs::pa
                                                      rounds_text(rounds) + " per side");
         written.insert(written.end(), f.begin(), f.end());
     }
-    return fits;
+    if (spec.sampled_shares) {
+        auto sh = summarise_sampled_shares(spec, pts, out_dir,
+                                           s.machine() + "; --level op and op-sampled, one run each per round: " +
+                                               rounds_text(rounds));
+        written.insert(written.end(), sh.files.begin(), sh.files.end());
+        derived["shares"] = std::move(sh.gaps);
+    }
+    return derived;
 }
 
 std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
     const Study s(spec, out_dir, quick);
     std::vector<fs::path> written;
     write_point_outputs(s, written);
-    const std::vector<PointSamples> fits = write_across_points(s, written);
+    const DerivedSamples derived = write_across_points(s, written);
     write_points_tables(s, written);
     if (!spec.baseline.empty()) write_vs_baseline(s, written);
     if (spec.fidelity) write_fidelity(s, written);
-    const auto verdicts = evaluate_claims(spec, s.samples, Testbed::here(), fits);
+    const auto verdicts = evaluate_claims(spec, s.samples, Testbed::here(), derived);
     write_verdicts(s, verdicts, written);
     write_table_md(s, verdicts, written);
     draw_study_figures(s, written);

@@ -127,6 +127,8 @@ Recording recording_of(const std::string& tracer, const std::string& spec_level)
     if (tracer == "op-defer") return {"op", {"--defer-mb", "512"}};
     // Stored as read, at SCHED_IDLE (op's default before --consumer hold, 2026-12-06).
     if (tracer == "op-idle") return {"op", {"--consumer", "idle"}};
+    // Against the floor (duet): op on one side, the bpftrace floor on the other.
+    if (tracer == "op-vs-bpftrace") return {"op", {}};
     // op-sampled on a timer of its own at the rate its default used before the tick.
     if (tracer == "op-sampled-timer") return {"op-sampled", {"--sample-hz", "250"}};
     // The decomposition of op's cost: probes that trap and return, or do all but send.
@@ -205,17 +207,18 @@ std::vector<std::string> attach_program(const RunOptions& opt, const SweepPoint&
 // Two single-thread streaming decodes at once, one per CPU, the traced one under `profinfer
 // record` on its own copy of the libraries: the peer measures both over common windows,
 // swapping their CPUs between windows (no DB kept). none: the A/A duet; bpftrace: the floor
-// on the copy.
+// on the copy; op-vs-bpftrace: op on the copy, the floor on the other side's libraries.
 std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
     const std::string& tracer = p.at("tracer");
     if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
     static const std::set<std::string> kTracers = {"none",     "bpftrace",  "token",   "graph",   "op-sampled",
                                                    "op",       "full",      "op-trap", "op-nosend", "op-defer",
-                                                   "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer"};
+                                                   "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer",
+                                                   "op-vs-bpftrace"};
     if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
         throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
-                    "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer or bpftrace (the "
-                    "floor), not " + tracer);
+                    "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer, bpftrace (the "
+                    "floor) or op-vs-bpftrace (op against the floor), not " + tracer);
     std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
                                         evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),
                                         "--board", opt.board, "--tokens", p.at("gen")};
@@ -225,6 +228,7 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     if (tracer == "noprobe-apart") program.push_back("--recorder-apart");
     program.insert(program.end(), {"--level", r.level});
     if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
+    if (tracer == "op-vs-bpftrace") program.insert(program.end(), {"--against-bpftrace", bpftrace_script(p, false)});
     return program;
 }
 

@@ -425,7 +425,7 @@ value = 0.95
         return p;
     };
     const std::vector<PointSamples> fits{line("all", "q4_0", 0.99), line("all", "q8_0", 0.90), line("llama3.2-1b", "q4_0", 0.5)};
-    const auto rs = evaluate_claims(s, {}, Testbed{2, false}, fits);
+    const auto rs = evaluate_claims(s, {}, Testbed{2, false}, {{"fits", fits}});
     std::map<std::string, Verdict> by_group;
     for (const auto& r : rs) by_group[r.group] = r.verdict;
     EXPECT_EQ(by_group, (std::map<std::string, Verdict>{{"type=q4_0", Verdict::Reproduced}, {"type=q8_0", Verdict::NotReproduced}}));

@@ -479,6 +479,75 @@ metrics = ["wait_share_pct"]
     EXPECT_GT(samples, 0);  // the sampled run's estimate is there, with what it rests on
 }
 
+// --level op-sampled beside --level op on the same workload ([outputs] sampled_shares): per
+// model the five op types with the largest exact share, each with its sampled share and the
+// gap, largest first; a claim on "shares" reads each round's largest gap (not testable at one
+// round, saying why). Grown until the sampled run's top op type rests on samples.
+TEST(ExperimentRun, SampledSharesBesideTheExactOnes) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    fs::path out;
+    Table t;
+    const std::string missing = grow_until_enough([&](int scale) -> std::string {
+        const std::string gen = std::to_string(512 * scale);
+        const fs::path spec = d / ("spec-" + gen + ".toml");
+        std::ofstream(spec) << R"(
+name = "tiny-shares"
+title = "Tiny shares"
+level = "op"
+scale = "tiny"
+[sweep]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [1]
+tracer = ["op", "op-sampled"]
+gen = [)" << gen << R"(]
+[outputs]
+sampled_shares = true
+[figure]
+x = "tracer"
+metrics = ["decode_tps"]
+[[claim]]
+says = "within 2 points"
+on = "shares"
+metric = "sampled_share_max_gap_pts"
+a = { threads = 1 }
+value = 2
+expect = "a < value"
+)";
+        out = d / ("out-" + gen);
+        auto r = run({profinfer_bin(), "experiment", "run", spec, "-o", out, "--rounds", "1"});
+        if (r.status != 0) return "the run failed (" + std::to_string(r.status) + "): " + r.err;
+        if (!fs::exists(out / "tiny-shares-sampled-shares.csv")) return "no sampled-shares table";
+        t = Table::read_csv_file(out / "tiny-shares-sampled-shares.csv");
+        if (t.rows.empty()) return "an empty sampled-shares table";
+        const auto top = t.to_json().front();
+        return top["samples"].get<int64_t>() >= 20 ? "" : std::to_string(top["samples"].get<int64_t>()) +
+                                                                " samples name the top op type from " + gen + " tokens";
+    });
+    ASSERT_EQ(missing, "");
+    EXPECT_TRUE(fs::exists(out / "tiny-shares-sampled-shares.md"));
+    const auto rows = t.to_json();
+    EXPECT_LE(rows.size(), 5u);
+    double last = 101;
+    for (const auto& row : rows) {
+        SCOPED_TRACE(row.dump());
+        EXPECT_EQ(row["rounds"], 1);
+        const double exact = row["exact_share_pct"], sampled = row["sampled_share_pct"];
+        EXPECT_LE(exact, last);  // largest exact share first
+        last = exact;
+        EXPECT_GE(sampled, 0);
+        EXPECT_LE(sampled, 100);
+        EXPECT_NEAR(row["gap_pts"].get<double>(), sampled - exact, 1e-3);  // one round: its own gap (CSV: 7 digits)
+    }
+    EXPECT_GT(rows.front()["exact_share_pct"].get<double>(), 0);
+    // The claim on shares is found, and one round gives no interval.
+    const auto v = Table::read_csv_file(out / "verdicts.csv").to_json();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_EQ(v[0]["verdict"], "not testable here") << v[0].dump();
+    EXPECT_EQ(v[0]["reason"].get<std::string>().find("no pair"), std::string::npos) << v[0].dump();
+}
+
 
 namespace {
 // A one-round run's points.csv, each row by its tracer.
@@ -494,7 +563,8 @@ std::map<std::string, nlohmann::json> points_by_tracer(const fs::path& out) {
 // with the sides swapped between the CPUs: each point's run yields the duet's slowdown and
 // both sides' speeds; threads other than 1 are refused before anything runs. On the tiny
 // model (operators of a few µs) the operator probes' traps slow the traced side down by far
-// more than the A/A duet reads: the method sees a recorder's cost.
+// more than the A/A duet reads: the method sees a recorder's cost; against the bpftrace floor
+// on the other side (op-vs-bpftrace) far less.
 TEST(ExperimentRun, DuetRunsTracedAndUntracedAtOnce) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
@@ -509,7 +579,7 @@ model = ["llama3.2-1b"]
 type = ["q4_0"]
 threads = [THREADS]
 gen = [32]
-tracer = ["none", "op"]
+tracer = ["none", "op", "op-vs-bpftrace"]
 [figure]
 x = "tracer"
 metrics = ["duet_slowdown_pct"]
@@ -527,7 +597,7 @@ metrics = ["duet_slowdown_pct"]
     auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
     ASSERT_EQ(r.status, 0) << r.err;
     auto by = points_by_tracer(out);  // one round: each point's own values
-    ASSERT_EQ(by.size(), 2u);
+    ASSERT_EQ(by.size(), 3u);
     for (const auto& [tracer, row] : by) {
         SCOPED_TRACE(row.dump());
         ASSERT_TRUE(row["duet_slowdown_pct"].is_number());
@@ -536,6 +606,10 @@ metrics = ["duet_slowdown_pct"]
     }
     EXPECT_GT(by["op"]["duet_slowdown_pct"].get<double>(), by["none"]["duet_slowdown_pct"].get<double>() + 5)
         << by["op"].dump() << "\n" << by["none"].dump();
+    // op against the floor: the other side traps on the same hooks (bpftrace on its libraries),
+    // so what op costs beyond it is far less than what it costs against no probe.
+    EXPECT_LT(by["op-vs-bpftrace"]["duet_slowdown_pct"].get<double>(), by["op"]["duet_slowdown_pct"].get<double>() - 5)
+        << by["op-vs-bpftrace"].dump() << "\n" << by["op"].dump();
 }
 
 // Separate runs with their A/A and predictions ([outputs] predicted): tracer none-again is
@@ -675,7 +749,7 @@ metrics = ["attach_slowdown_pct"]
     // No trace is kept: the peer records its windows itself.
     EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done' AND db = ''"), 2);
     auto by = points_by_tracer(out);  // one round: each point's own values
-    ASSERT_EQ(by.size(), 2u);
+    ASSERT_EQ(by.size(), 3u);
     for (const auto& [tracer, row] : by) {
         SCOPED_TRACE(row.dump());
         ASSERT_TRUE(row["attached_tps"].is_number());

@@ -36,9 +36,10 @@ struct Claim {
     int requires_cpus = 0;                             // fewer online CPUs: not testable here
     bool requires_pmu = false;                         // no hardware counters: not testable here
     std::string not_testable;                          // why it cannot be tested on any machine like this one
-    // What the claim is about: the sweep's points (""), or the study's fitted lines ("fits":
+    // What the claim is about: the sweep's points (""), the study's fitted lines ("fits":
     // matmul-dims' lines per model/type/backend/threads/batch, fitted once per round; metrics
-    // fit_r2, fit_ns_per_mnkh, fit_intercept_us).
+    // fit_r2, fit_ns_per_mnkh, fit_intercept_us), or op-sampled's shares against op's
+    // ("shares": per model/type/threads, sampled_share_max_gap_pts by round).
     std::string on;
     std::string expectation() const;                   // "a > b", "a < value", as written
     std::string compared() const;                      // "metric", or "metric / metric_b"
@@ -68,6 +69,10 @@ struct ExperimentSpec {
     // (their traces) beside the Vulkan points' device time (vkperf = on: ggml-vulkan's
     // timestamps), matmul-backends.csv/.md and a log-axis bar figure.
     bool matmul_backends = false;
+    // --level op-sampled against --level op on the same workload (points that differ only in
+    // their tracer): per op type the exact and the sampled share with intervals,
+    // <name>-sampled-shares.csv/.md, and what claims on "shares" judge.
+    bool sampled_shares = false;
     // The table of every point against the point of its group that BASELINE selects
     // (vs-baseline.csv/md: slowdown and CPU time with intervals; e.g. { tracer = "none" }).
     std::map<std::string, std::string> baseline;

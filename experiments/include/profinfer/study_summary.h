@@ -72,9 +72,11 @@ struct ClaimResult {
 // Every claim of SPEC on the points' samples: per group, the estimate with its interval and
 // the verdict (judge()); not testable, with the reason, when the machine lacks what the
 // claim requires, a side has no point, or there are too few rounds for an interval.
-// Claims on "fits" are judged on FITS (summarise_matmuls' lines, a sample per round).
+// Claims on "fits" or "shares" are judged on DERIVED's samples of that name (summarise_matmuls'
+// lines, summarise_sampled_shares' gaps: a sample per round).
+using DerivedSamples = std::map<std::string, std::vector<PointSamples>>;
 std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
-                                         const Testbed& here, const std::vector<PointSamples>& fits = {});
+                                         const Testbed& here, const DerivedSamples& derived = {});
 
 // Paper Fig. 10: every point's weight MatMuls (stat --by matmul) in matmuls.csv, a line
 // time = a + b·M·N·K·H per model, type, backend, thread count and batch class (N = 1, N > 1), pooled over the
@@ -95,6 +97,16 @@ std::vector<std::filesystem::path> summarise_wait_methods(const ExperimentSpec& 
                                                           const std::vector<StudyPoint>& points,
                                                           const std::filesystem::path& out_dir,
                                                           const std::string& caption);
+// --level op-sampled against --level op (points that differ only in their tracer, paired by
+// round): per model and op type the exact share of operator time beside the sampled one, the
+// five largest exact op types of each model (<name>-sampled-shares.csv/.md); GAPS: per model,
+// each round's largest |sampled − exact| among them (sampled_share_max_gap_pts).
+struct SampledShares {
+    std::vector<std::filesystem::path> files;
+    std::vector<PointSamples> gaps;
+};
+SampledShares summarise_sampled_shares(const ExperimentSpec& spec, const std::vector<StudyPoint>& points,
+                                       const std::filesystem::path& out_dir, const std::string& caption);
 std::vector<std::filesystem::path> summarise_matmul_backends(const ExperimentSpec& spec,
                                                              const std::vector<StudyPoint>& points,
                                                              const std::filesystem::path& out_dir,
