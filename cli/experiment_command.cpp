@@ -109,11 +109,17 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     sum->add_option("--board", *board, "Board the results are for")->capture_default_str();
     sum->add_option("-o,--output", *out, "Results directory (default: results/BOARD/NAME)");
     sum->add_flag("--quick", *quick, "Summarise the quick sweep's points");
-    sum->callback([&action, spec, board, out, quick] {
-        action = [spec, board, out, quick] {
+    auto dropped = std::make_shared<int>(0);
+    sum->add_option("--drop-first-calls", *dropped,
+                    "Leave the first N llama_decode calls of each trace out of its metrics (a run's warm-up: its first "
+                    "page faults); without the traces, what the index kept for that N")
+        ->check(CLI::Range(0, 1000000))
+        ->capture_default_str();
+    sum->callback([&action, spec, board, out, quick, dropped] {
+        action = [spec, board, out, quick, dropped] {
             const auto s = ExperimentSpec::load(*spec);
             const fs::path dir = out->empty() ? fs::path("results") / *board / s.name : fs::path(*out);
-            for (const auto& f : summarise_experiment(s, dir, *quick)) std::cout << f.string() << "\n";
+            for (const auto& f : summarise_experiment(s, dir, *quick, *dropped)) std::cout << f.string() << "\n";
             return 0;
         };
     });

@@ -38,12 +38,16 @@ struct StudyFacts {
     std::string board = "host";
     std::string machine, machine_note, trap_us;  // the index's word on the machine that recorded it
     double recording_s = 0;  // the runs' own time, summed
+    int calls_dropped = 0;   // the first calls of each trace its metrics leave out
 };
 
 // The runs done of the sweep's points, from the index, point by point in the sweep's order,
-// each with its metrics (point_metrics and the tracing-cost measures a run makes on itself).
+// each with its metrics: the program's own, and its trace's (trace_metrics and the
+// tracing-cost measures a run makes on itself) with the first CALLS_DROPPED calls of the trace
+// left out — from the trace where it is here (and kept in the index: each trace's metrics as
+// computed, by calls_dropped), else as the index kept them; an error where neither is.
 std::vector<Recorded> read_runs(const ExperimentSpec& spec, const std::filesystem::path& out_dir, bool quick,
-                                StudyFacts& facts);
+                                StudyFacts& facts, int calls_dropped = 0);
 
 // A study being summarised: its recorded points, their samples and what varies among them.
 struct Study {
@@ -56,7 +60,7 @@ struct Study {
     std::vector<std::string> varying;   // the parameters that vary (and x, series): the tables' columns
     size_t min_n = 0, max_n = 0;        // rounds per point
 
-    Study(const ExperimentSpec& spec, const std::filesystem::path& out_dir, bool quick);
+    Study(const ExperimentSpec& spec, const std::filesystem::path& out_dir, bool quick, int calls_dropped = 0);
     // Point I's METRIC over its rounds: median and 95 % interval.
     Interval interval_of(size_t i, const std::string& metric) const;
     // Coefficient of variation of point I's METRIC over the rounds (sample SD / mean), in %.

@@ -123,7 +123,33 @@ double triad_gbs(const nlohmann::json& machine, int threads) {
     return best;
 }
 
-std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, StudyFacts& facts) {
+namespace {
+
+// What a traced run's trace says: its metrics (trace_metrics) and the tracing-cost measures a
+// run makes on itself.
+nlohmann::json trace_derived(store::Database& trace, const std::string& tracer) {
+    nlohmann::json m = trace_metrics(trace);
+    if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
+        m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(trace)));
+    if (tracer.rfind("budget-", 0) == 0) {
+        m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(trace));
+        m["traced_calls_pct"] = number_or_null(traced_calls_pct(trace));
+    }
+    return m;
+}
+
+struct KeptMetrics {
+    std::string id;
+    int round;
+    std::string metrics;
+};
+
+}  // namespace
+
+std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_dir, bool quick, StudyFacts& facts,
+                                int calls_dropped) {
+    if (calls_dropped < 0) throw Error("the calls left out of each trace are 0 or more, not " + std::to_string(calls_dropped));
+    facts.calls_dropped = calls_dropped;
     const fs::path index = out_dir / "index.db";
     std::vector<Recorded> points;
     std::map<std::string, size_t> at;
@@ -138,6 +164,7 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         if (f.count("board")) facts.board = f["board"];
         facts.machine = f["machine"], facts.machine_note = f["machine_note"], facts.trap_us = f["trap_us"];
     }
+    std::vector<KeptMetrics> kept;  // computed from traces here, for the index
     for (const auto& run : ix.done_runs()) {
         auto it = at.find(run.id);
         if (it == at.end()) continue;  // the other sweep's point
@@ -145,24 +172,36 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         facts.recording_s += run.seconds;
         const fs::path db = run.db;
         r.dbs.push_back({run.round, db});
-        std::optional<store::Database> trace;  // the run's trace, opened once for every measure
-        if (!db.empty()) trace.emplace(db, store::Database::Mode::ReadOnly);
-        nlohmann::json m = point_metrics(trace ? &*trace : nullptr, run.bench);
-        m["cpu_s"] = run.cpu_s ? nlohmann::json(*run.cpu_s) : nlohmann::json(nullptr);
-        // The tracing-cost measures a run makes on itself.
-        const std::string& tracer = r.params.at("tracer");
-        if (!db.empty() && tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired")
-            m["paired_window_pct"] = number_or_null(median_of(paired_window_slowdowns_pct(*trace)));
-        if (!db.empty() && tracer.rfind("budget-", 0) == 0) {
-            m["budget_achieved_pct"] = number_or_null(achieved_overhead_pct(*trace));
-            m["traced_calls_pct"] = number_or_null(traced_calls_pct(*trace));
+        // A traced run's metrics: from its trace where it is here (kept in the index), else as
+        // the index kept them (a clone: traces are not committed).
+        nlohmann::json m = nlohmann::json::object();
+        if (!db.empty() && fs::exists(db)) {
+            store::Database trace(db, store::Database::Mode::ReadOnly);
+            if (facts.calls_dropped) trace.keep_calls_from(facts.calls_dropped);
+            m = trace_derived(trace, r.params.at("tracer"));
+            kept.push_back({run.id, run.round, m.dump()});
+        } else if (!db.empty()) {
+            const auto stored = ix.trace_metrics(run.id, run.round, facts.calls_dropped);
+            if (!stored)
+                throw Error("the trace of " + run.id + " round " + std::to_string(run.round) + " (" + db.string() +
+                            ") is not here, and " + index.string() + " keeps no metrics of it" +
+                            (facts.calls_dropped ? " with its first " + std::to_string(facts.calls_dropped) + " calls left out"
+                                                 : "") +
+                            ": summarise the study where its traces are, or record it again here");
+            m = nlohmann::json::parse(*stored);
         }
+        program_metrics(run.bench, m);  // an untraced run: the program's own numbers only
+        m["cpu_s"] = run.cpu_s ? nlohmann::json(*run.cpu_s) : nlohmann::json(nullptr);
         if (m.contains("weight_stream_gbs") && m["weight_stream_gbs"].is_number()) {
             const double roof = triad_gbs(machine, std::stoi(r.params.at("threads")));
             m["weight_stream_roof_pct"] = roof > 0 ? nlohmann::json(100 * m["weight_stream_gbs"].get<double>() / roof)
                                                    : nlohmann::json(nullptr);
         }
         r.metrics.push_back(std::move(m));
+    }
+    if (!kept.empty()) {
+        store::ExperimentIndex w(index, store::ExperimentIndex::Mode::Write);
+        for (const auto& k : kept) w.put_trace_metrics(k.id, k.round, facts.calls_dropped, k.metrics);
     }
     std::vector<Recorded> done;
     for (auto& p : points)
@@ -177,8 +216,8 @@ std::vector<PointSamples> study_samples(const ExperimentSpec& spec, const fs::pa
     return out;
 }
 
-Study::Study(const ExperimentSpec& spec_, const fs::path& out_dir_, bool quick_)
-    : spec(spec_), out_dir(out_dir_), quick(quick_), points(read_runs(spec_, out_dir_, quick_, facts)) {
+Study::Study(const ExperimentSpec& spec_, const fs::path& out_dir_, bool quick_, int calls_dropped)
+    : spec(spec_), out_dir(out_dir_), quick(quick_), points(read_runs(spec_, out_dir_, quick_, facts, calls_dropped)) {
     if (points.empty()) throw Error(spec.name + ": no point is done yet");
     min_n = SIZE_MAX;
     for (const auto& p : points) max_n = std::max(max_n, p.dbs.size()), min_n = std::min(min_n, p.dbs.size());

@@ -254,6 +254,9 @@ void write_table_md(const Study& s, const std::vector<ClaimResult>& verdicts, st
     md << "Machine: " << (s.facts.machine.empty() ? "not named by its index (recorded before 2026-12-06)" : s.facts.machine)
        << (s.facts.trap_us.empty() ? "" : "; a uprobe trap costs " + s.facts.trap_us + " µs there (measured as the run began)")
        << (s.facts.machine_note.empty() ? "" : "; " + s.facts.machine_note) << ".\n\n";
+    if (s.facts.calls_dropped)
+        md << "Summarised with the first " << s.facts.calls_dropped << " calls of each trace left out of its metrics "
+           << "(`experiment summarise --drop-first-calls " << s.facts.calls_dropped << "`).\n\n";
     for (const auto& n : spec.notes) md << "- " << n << "\n";
     md << "- Points: `index.db` (parameters, command, timings per round), `runs.csv` (every round's metrics); "
           "per point `points/<id>-r<round>.db` and the outputs of its first round.\n";

@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "profinfer/dag.h"
+#include "profinfer/error.h"
 #include "profinfer/figures.h"
 #include "profinfer/gzip_stream.h"
 #include "profinfer/machine_bench.h"
@@ -26,6 +27,7 @@ void write_point_outputs(const Study& s, std::vector<fs::path>& written) {
         const fs::path base = out_dir / "points" / r.id;
         const fs::path path = r.dbs.front().second;  // empty for an untraced point
         if (path.empty() || (spec.dag.empty() && spec.stats.empty() && spec.figures.empty() && !spec.timeline)) continue;
+        if (!fs::exists(path)) continue;  // not here (a clone): its outputs stay as they were made
         store::Database db(path, store::Database::Mode::ReadOnly);  // opened once for its outputs
         if (!spec.dag.empty()) {
             TraceGraphs trace(db);
@@ -72,8 +74,15 @@ DerivedSamples write_across_points(const Study& s, std::vector<fs::path>& writte
     // Every (point, round) recording, for the summaries across points below.
     std::vector<StudyPoint> pts;
     size_t rounds = 0;
+    const bool across = spec.matmuls || spec.matmul_backends || spec.sampled_shares ||
+                        std::find(spec.figures.begin(), spec.figures.end(), "threads") != spec.figures.end();
     for (const auto& r : s.points) {
-        for (const auto& [round, db] : r.dbs) pts.push_back({r.params, db, round});
+        for (const auto& [round, db] : r.dbs) {
+            if (across && !db.empty() && !fs::exists(db))
+                throw Error(spec.name + ": its summaries across points read every trace, and " + db.string() +
+                            " is not here: summarise it where its traces are, or record it again here");
+            pts.push_back({r.params, db, round});
+        }
         rounds = std::max(rounds, r.dbs.size());
     }
     DerivedSamples derived;  // the fitted lines and the shares' gaps, for claims on them
@@ -109,8 +118,9 @@ DerivedSamples write_across_points(const Study& s, std::vector<fs::path>& writte
     return derived;
 }
 
-std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick) {
-    const Study s(spec, out_dir, quick);
+std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs::path& out_dir, bool quick,
+                                           int calls_dropped) {
+    const Study s(spec, out_dir, quick, calls_dropped);
     std::vector<fs::path> written;
     write_point_outputs(s, written);
     const DerivedSamples derived = write_across_points(s, written);

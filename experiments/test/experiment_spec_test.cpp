@@ -16,6 +16,7 @@
 #include "profinfer/results_readme.h"
 #include "profinfer/number_text.h"
 #include "profinfer/experiment_index.h"
+#include "profinfer/table.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -573,6 +574,47 @@ TEST(ResultsReadme, CommittedReadmeIsGeneratedFromTheCommittedTables) {
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(read_file(d / "README.md"), read_file(host / "README.md"))
         << "results/host/README.md differs from what its tables give: run `build/profinfer experiment readme results/host`";
+}
+
+// No verdict of a committed study rests on the first calls of its runs (a run's warm-up: its
+// first page faults and first touches): every study whose index keeps its traces' metrics both
+// ways is summarised from its index alone (the traces are not committed), with every call and
+// with the first two of each trace left out, and each claim's verdict is the same.
+TEST(ExperimentSummary, NoVerdictRestsOnTheFirstTwoCalls) {
+    const fs::path src(PROFINFER_SOURCE_DIR);
+    size_t studies = 0;
+    for (const auto& e : fs::directory_iterator(src / "results" / "host")) {
+        const std::string name = e.path().filename().string();
+        const fs::path index = e.path() / "index.db", spec = src / "experiments" / "specs" / (name + ".toml");
+        if (!fs::exists(index) || !fs::exists(spec)) continue;
+        size_t traced = 0;
+        bool both = true;
+        {
+            store::ExperimentIndex ix(index, store::ExperimentIndex::Mode::Read);
+            for (const auto& r : ix.done_runs())
+                if (!r.db.empty())
+                    ++traced, both = both && ix.trace_metrics(r.id, r.round, 0) && ix.trace_metrics(r.id, r.round, 2);
+        }
+        if (!traced || !both) continue;
+        SCOPED_TRACE(name);
+        ++studies;
+        std::map<std::string, std::string> verdicts[2];
+        for (int k = 0; k < 2; ++k) {
+            TempDir d;
+            fs::copy_file(index, d / "index.db");
+            std::vector<std::string> args = {profinfer_bin(), "experiment", "summarise", spec.string(), "-o", d.path().string()};
+            if (k) args.insert(args.end(), {"--drop-first-calls", "2"});
+            const auto r = run(args);
+            ASSERT_EQ(r.status, 0) << r.err;
+            for (const auto& v : Table::read_csv_file(d / "verdicts.csv").to_json())
+                verdicts[k][v["claim"].get<std::string>() + " | " + v["group"].dump()] = v["verdict"];
+            if (k) EXPECT_NE(read_file(d / "table.md").find("first 2 calls of each trace left out"), std::string::npos);
+        }
+        EXPECT_FALSE(verdicts[0].empty());
+        EXPECT_EQ(verdicts[0], verdicts[1]);
+    }
+    EXPECT_GT(studies, 0u) << "no committed study keeps its traces' metrics both ways: summarise one where its traces "
+                              "are, with and without --drop-first-calls 2";
 }
 
 // experiment merge: a bad index is named, the last farm.db stays as it was (it was left

@@ -65,6 +65,26 @@ ExperimentIndex::ExperimentIndex(const std::filesystem::path& path, Mode mode) :
 
 ExperimentIndex::~ExperimentIndex() { sqlite3_close(db_); }
 
+void ExperimentIndex::put_trace_metrics(const std::string& id, int round, int calls_dropped, const std::string& metrics) {
+    Statement(db_, "INSERT OR REPLACE INTO run_metrics(id, round, calls_dropped, metrics) VALUES (?, ?, ?, ?)")
+        .bind(1, id)
+        .bind(2, int64_t(round))
+        .bind(3, int64_t(calls_dropped))
+        .bind(4, metrics)
+        .run();
+}
+
+std::optional<std::string> ExperimentIndex::trace_metrics(const std::string& id, int round, int calls_dropped) {
+    {
+        Statement kept(db_, "SELECT count(*) FROM sqlite_master WHERE name = 'run_metrics'");
+        if (!kept.step() || kept.column_int(0) == 0) return std::nullopt;
+    }
+    Statement st(db_, "SELECT metrics FROM run_metrics WHERE id = ? AND round = ? AND calls_dropped = ?");
+    st.bind(1, id).bind(2, int64_t(round)).bind(3, int64_t(calls_dropped));
+    if (!st.step()) return std::nullopt;
+    return st.column_text(0);
+}
+
 void ExperimentIndex::set_fact(const std::string& key, const std::string& value) {
     Statement(db_, "INSERT OR REPLACE INTO experiment(key, value) VALUES (?, ?)").bind(1, key).bind(2, value).run();
 }

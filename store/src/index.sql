@@ -25,3 +25,13 @@ CREATE TABLE IF NOT EXISTS runs (
   cpu_s      REAL,              -- CPU time of the run (user + system, the command's tree)
   PRIMARY KEY (id, round)
 );
+-- What a run's trace says (the trace's metrics, as the summary computed them where the trace
+-- was), with the first calls_dropped calls of the trace left out (0: every call): a folder
+-- whose traces are not here (a clone: traces are not committed) is summarised from these.
+CREATE TABLE IF NOT EXISTS run_metrics (
+  id            TEXT NOT NULL,
+  round         INTEGER NOT NULL,
+  calls_dropped INTEGER NOT NULL,
+  metrics       TEXT NOT NULL,   -- JSON object: metric -> number or null
+  PRIMARY KEY (id, round, calls_dropped)
+);

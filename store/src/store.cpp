@@ -256,6 +256,11 @@ void Database::initialise(Mode mode) {
     }
 }
 
+void Database::keep_calls_from(int64_t first) {
+    const std::string n = std::to_string(first);
+    exec("DELETE FROM temp.call_graphs WHERE call < " + n + "; DELETE FROM temp.calls WHERE call < " + n);
+}
+
 Database::~Database() {
     if (writer_) finish();
     sqlite3_close(db_);

@@ -1,6 +1,7 @@
 // The derived quantities against facts that do not depend on how they are derived:
 // operator time never exceeds the call it ran in (at every level, every architecture,
-// the debug build and the stock release libraries); an attached run counts exactly the
+// the debug build and the stock release libraries), and a reader that leaves the first calls
+// out sees the rest whole; an attached run counts exactly the
 // calls it saw; a MatMul's FLOPs and bytes equal a hand computation from its shapes and
 // weight type.
 #include <gtest/gtest.h>
@@ -79,6 +80,20 @@ TEST_P(OperatorTime, NeverExceedsItsCall) {
                        "SELECT count(*) FROM calls c WHERE (SELECT sum(e - s) FROM (SELECT min(o.start_ns) AS s, "
                        "max(o.compute_end_ns) AS e FROM ops o JOIN call_graphs g ON g.graph_seq = o.graph_seq "
                        "WHERE g.call = c.call GROUP BY o.graph_seq, o.tensor)) > c.dur_ns")));
+    // A reader that leaves the first two calls out (a run's warm-up: Database::keep_calls_from)
+    // sees the other ten, numbered as before, with their graphs and nodes, and nothing of the two.
+    {
+        store::Database warm(db_path, store::Database::Mode::ReadOnly);
+        const int64_t nodes = warm.scalar("SELECT count(*) FROM node_times"),
+                      of_first_two = warm.scalar("SELECT count(*) FROM node_times WHERE call < 2");
+        EXPECT_GT(of_first_two, 0);
+        warm.keep_calls_from(2);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM calls"), 10);
+        EXPECT_EQ(warm.scalar("SELECT min(call) FROM calls"), 2);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM node_times"), nodes - of_first_two);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM call_graphs WHERE call < 2"), 0);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM thread_parts WHERE call < 2"), 0);
+    }
     // The command line says the same.
     auto r = run({profinfer_bin(), "stat", db_path, "--by", "token", "--format", "json"});
     ASSERT_EQ(r.status, 0) << r.err;

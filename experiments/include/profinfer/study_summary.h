@@ -21,9 +21,13 @@ nlohmann::json point_metrics(store::Database* db, const std::string& bench_json)
 
 // The experiment's table (CSV + Markdown) and figure (PNG + SVG) from its index and
 // point DBs, written into out_dir; returns the files written. Only the points of the
-// sweep (quick or full) count: an index may also hold the other sweep's points.
+// sweep (quick or full) count: an index may also hold the other sweep's points. CALLS_DROPPED:
+// the first calls of each trace left out of its metrics (the verdicts' check against a run's
+// warm-up calls). Traces not here are read as the index kept their metrics; the outputs that
+// need the traces themselves (a point's DAG, stat tables, figures, timeline; matmuls,
+// wait methods, backends, sampled shares) are left as they are for those.
 std::vector<std::filesystem::path> summarise_experiment(const ExperimentSpec& spec, const std::filesystem::path& out_dir,
-                                                        bool quick);
+                                                        bool quick, int calls_dropped = 0);
 
 // A recorded run of a study's point: its parameters, trace DB and round.
 struct StudyPoint {

@@ -52,6 +52,11 @@ public:
     std::vector<IndexRun> done_runs();
     // Every row, as stored (the farm merge).
     std::vector<IndexRun> all_runs();
+    // The metrics a run's trace gave with its first CALLS_DROPPED calls left out (JSON text),
+    // kept so that the study is summarised where its traces are not; nullopt when none are
+    // kept (an index from before they were).
+    void put_trace_metrics(const std::string& id, int round, int calls_dropped, const std::string& metrics);
+    std::optional<std::string> trace_metrics(const std::string& id, int round, int calls_dropped);
     // llama-bench's output of the first run done that has one (its build_commit names the
     // llama.cpp the sweep ran).
     std::optional<std::string> first_bench_output();
