@@ -54,12 +54,6 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
 
 }  // namespace
 
-nlohmann::json point_metrics(store::Database* trace, const std::string& bench_json) {
-    nlohmann::json m = trace ? trace_metrics(*trace) : nlohmann::json::object();
-    program_metrics(bench_json, m);  // an untraced run: the program's own numbers only
-    return m;
-}
-
 // Every metric of a point, with the unit its axis and table show.
 const std::vector<MetricInfo>& study_metrics() {
     static const std::vector<MetricInfo> kMetrics = {

@@ -16,6 +16,7 @@
 #include "profinfer/results_readme.h"
 #include "profinfer/number_text.h"
 #include "profinfer/experiment_index.h"
+#include "profinfer/trace_metrics.h"
 #include "profinfer/table.h"
 #include "test_support.h"
 
@@ -472,15 +473,15 @@ TEST(ExperimentSpec, RoundsVisitEveryPointInChangingOrders) {
 // The study metrics of the recorded golden traces: MoE time and faults only where there are
 // MoE nodes, the steady state apart from the cold first call; the KQ/weight ratio only
 // where KQ and KQV are MatMuls (flash attention off; the golden traces ran it on).
-TEST(PointMetrics, MoeAndAttentionMetricsOnlyWhereTheirNodesAre) {
+TEST(TraceMetrics, MoeAndAttentionMetricsOnlyWhereTheirNodesAre) {
     const fs::path golden = fs::path(PROFINFER_SOURCE_DIR) / "tests" / "golden";
-    const auto moe = point_metrics(open_trace(golden / "qwen1.5-moe-a2.7b-full.db").get(), "");
+    const auto moe = trace_metrics(*open_trace(golden / "qwen1.5-moe-a2.7b-full.db"));
     ASSERT_TRUE(moe["moe_ms_per_token"].is_number()) << moe.dump();
     EXPECT_GT(moe["moe_ms_per_token"].get<double>(), 0);
     EXPECT_GT(moe["moe_first_call_ms"].get<double>(), 0);
     // MoE nodes are part of the decode operator time.
     EXPECT_LT(moe["moe_ms_per_token"].get<double>(), moe["op_ms_per_token"].get<double>() * 1.5);
-    const auto dense = point_metrics(open_trace(golden / "llama3.2-1b-full.db").get(), "");
+    const auto dense = trace_metrics(*open_trace(golden / "llama3.2-1b-full.db"));
     EXPECT_TRUE(dense["moe_ms_per_token"].is_null());
     EXPECT_TRUE(dense["moe_first_call_ms"].is_null());
     EXPECT_TRUE(dense["kq_over_weight_ratio"].is_null());  // FLASH_ATTN_EXT: no KQ MatMul

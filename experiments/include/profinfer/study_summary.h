@@ -14,11 +14,6 @@
 
 namespace profinfer {
 
-// Per-point metrics from its trace DB (and llama-bench's own output): decode_tps,
-// prefill_tps, bench_tg_tps, bench_pp_tps, op_ms_per_token, mul_mat_share_pct,
-// attention_share_pct, wait_share_pct.
-nlohmann::json point_metrics(store::Database* db, const std::string& bench_json);
-
 // The experiment's table (CSV + Markdown) and figure (PNG + SVG) from its index and
 // point DBs, written into out_dir; returns the files written. Only the points of the
 // sweep (quick or full) count: an index may also hold the other sweep's points. CALLS_DROPPED:
