@@ -187,6 +187,26 @@ def pin(pid, cpu, descendants=True):
             pass
 
 
+def schedstat(pids):
+    """CPU time and run-queue wait (ns) of every thread of PIDS so far (/proc/PID/task/TID/
+    schedstat: on CPU, waiting to run); threads that ended are not in it."""
+    run = wait = 0
+    for p in pids:
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    r, w, _ = f.read().split()
+            except (OSError, ValueError):
+                continue
+            run += int(r)
+            wait += int(w)
+    return run, wait
+
+
 def released(profinfer_pid, target, copy, limit_s=120):
     """Waits until the command profinfer launched runs with the copy's libraries mapped and is
     held at no loader stop (its state not T three looks in a row); returns the seconds waited."""
@@ -249,6 +269,7 @@ def duet(a, copy, cpus, work):
     offset = released(traced.proc.pid, a.target, copy) if launched else 0.0
     untraced = Target(["taskset", "-c", str(cpus[1])] + gated("untraced"), os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
+    spent, spent_s = {}, [0.0]  # within the windows: CPU time and run-queue wait by group
     try:
         # Both decode from the same moment (--lag: the untraced side that much later).
         ready(((traced, errs[0], gate["traced"][0]), (untraced, errs[1], gate["untraced"][0])))
@@ -273,9 +294,15 @@ def duet(a, copy, cpus, work):
                 pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
             if w or a.recorder_apart:
                 time.sleep(a.settle)
+            groups = accounted(traced, untraced, launched, (bt, floor), a.profinfer)
+            before = {k: schedstat(v) for k, v in groups.items()}
             start = now_ns()
             time.sleep(a.window)
             end = now_ns()
+            for k, v in groups.items():
+                after = schedstat(v)
+                spent[k] = [x + (y - z) for x, y, z in zip(spent.get(k, [0, 0]), after, before[k])]
+            spent_s[0] += (end - start) / 1e9
             for side, name in ((traced, "traced"), (untraced, "untraced")):
                 if side.proc.poll() is not None:
                     fail(f"the {name} side exited with status {side.proc.returncode} during window {w + 1}")
@@ -304,7 +331,29 @@ def duet(a, copy, cpus, work):
     for e in errs:
         e.close()
     meta["start_offset_s"] = offset
+    # Within the windows, per second of window: the recorder's CPU (profinfer's own threads,
+    # not the command's), each side's CPU and run-queue wait, bpftrace's CPU.
+    for k, (run, wait) in spent.items():
+        meta[f"window_{k}_cpu_ms_s"] = run / 1e6 / spent_s[0]
+        if k in ("traced", "untraced"):
+            meta[f"window_{k}_wait_ms_s"] = wait / 1e6 / spent_s[0]
     return windows, meta, predicted
+
+
+def accounted(traced, untraced, launched, bpftraces, profinfer):
+    """The processes whose time the windows account: the recorder (profinfer's processes), each
+    side's decode (the command profinfer launched, or the side's own process), bpftrace."""
+    groups = {"untraced": [untraced.proc.pid]}
+    if launched:  # profinfer and its helper processes (its guardian) against the command's tree
+        exe = os.path.realpath(profinfer)
+        ours = lambda p: os.path.realpath(f"/proc/{p}/exe") == exe if os.path.exists(f"/proc/{p}/exe") else False
+        pids = tree(traced.proc.pid)
+        groups["recorder"] = [p for p in pids if ours(p)]
+        groups["traced"] = [p for p in pids if not ours(p)]
+    else:
+        groups["traced"] = [traced.proc.pid]
+    groups["bpftrace"] = [b.pid for b in bpftraces if b]
+    return groups
 
 
 def start_bpftrace(script, cpu):
@@ -399,7 +448,8 @@ def main():
            "start_offset_s": meta.get("start_offset_s", 0.0), "lag_s": a.lag,
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0),
-           "traced_calls_pct": meta.get("traced_calls_pct")}
+           "traced_calls_pct": meta.get("traced_calls_pct"),
+           **{k: meta[k] for k in sorted(meta) if k.startswith("window_")}}
     print(json.dumps(out))
 
 

@@ -48,7 +48,8 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
              {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"},
              {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
              {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"},
-             {"traced_calls_pct", "traced_calls_pct"}})
+             {"traced_calls_pct", "traced_calls_pct"}, {"window_recorder_cpu_ms_s", "duet_recorder_cpu_ms_s"},
+             {"window_traced_wait_ms_s", "duet_traced_wait_ms_s"}, {"window_untraced_wait_ms_s", "duet_untraced_wait_ms_s"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -73,6 +74,8 @@ const std::vector<MetricInfo>& study_metrics() {
         {"unmatched_calls", "calls"},
         {"duet_slowdown_pct", "% of decode speed"}, {"duet_traced_tps", "tokens/s"}, {"duet_untraced_tps", "tokens/s"},
         {"predicted_slowdown_pct", "% of decode speed"},
+        {"duet_recorder_cpu_ms_s", "ms CPU per s"}, {"duet_traced_wait_ms_s", "ms waiting to run per s"},
+        {"duet_untraced_wait_ms_s", "ms waiting to run per s"},
         {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
     return kMetrics;
 }

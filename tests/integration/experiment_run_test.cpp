@@ -619,6 +619,17 @@ metrics = ["duet_slowdown_pct"]
     // so what op costs beyond it is far less than what it costs against no probe.
     EXPECT_LT(by["op-vs-bpftrace"]["duet_slowdown_pct"].get<double>(), by["op"]["duet_slowdown_pct"].get<double>() - 5)
         << by["op-vs-bpftrace"].dump() << "\n" << by["op"].dump();
+    // Within the windows, the recorder's own CPU (profinfer's threads, not the decode it
+    // launched: a fraction of a CPU) and each side's run-queue wait; no recorder in the A/A.
+    for (const char* level : {"op", "op-vs-bpftrace"}) {
+        SCOPED_TRACE(by[level].dump());
+        ASSERT_TRUE(by[level]["duet_recorder_cpu_ms_s"].is_number());
+        EXPECT_GT(by[level]["duet_recorder_cpu_ms_s"].get<double>(), 0);
+        EXPECT_LT(by[level]["duet_recorder_cpu_ms_s"].get<double>(), 500);
+        EXPECT_GE(by[level]["duet_traced_wait_ms_s"].get<double>(), 0);
+    }
+    EXPECT_FALSE(by["none"]["duet_recorder_cpu_ms_s"].is_number()) << by["none"].dump();
+    EXPECT_TRUE(by["none"]["duet_untraced_wait_ms_s"].is_number()) << by["none"].dump();
 }
 
 // Separate runs with their A/A and predictions ([outputs] predicted): tracer none-again is
