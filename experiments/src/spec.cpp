@@ -321,6 +321,10 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
     return s;
 }
 
+bool ExperimentSpec::reads_traces_across_points() const {
+    return matmuls || matmul_backends || sampled_shares || std::find(figures.begin(), figures.end(), "threads") != figures.end();
+}
+
 std::vector<SweepPoint> ExperimentSpec::points(bool quick) const {
     std::vector<SweepPoint> all;
     std::set<std::string> ids;

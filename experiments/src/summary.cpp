@@ -74,8 +74,7 @@ DerivedSamples write_across_points(const Study& s, std::vector<fs::path>& writte
     // Every (point, round) recording, for the summaries across points below.
     std::vector<StudyPoint> pts;
     size_t rounds = 0;
-    const bool across = spec.matmuls || spec.matmul_backends || spec.sampled_shares ||
-                        std::find(spec.figures.begin(), spec.figures.end(), "threads") != spec.figures.end();
+    const bool across = spec.reads_traces_across_points();
     for (const auto& r : s.points) {
         for (const auto& [round, db] : r.dbs) {
             if (across && !db.empty() && !fs::exists(db))

@@ -580,7 +580,9 @@ TEST(ResultsReadme, CommittedReadmeIsGeneratedFromTheCommittedTables) {
 // No verdict of a committed study rests on the first calls of its runs (a run's warm-up: its
 // first page faults and first touches): every study whose index keeps its traces' metrics both
 // ways is summarised from its index alone (the traces are not committed), with every call and
-// with the first two of each trace left out, and each claim's verdict is the same.
+// with the first two of each trace left out, and each claim's verdict is the same. A study
+// whose summaries across points read the traces themselves (Fig. 10's fits) cannot be
+// summarised from its index: it is named, not checked here.
 TEST(ExperimentSummary, NoVerdictRestsOnTheFirstTwoCalls) {
     const fs::path src(PROFINFER_SOURCE_DIR);
     size_t studies = 0;
@@ -588,6 +590,10 @@ TEST(ExperimentSummary, NoVerdictRestsOnTheFirstTwoCalls) {
         const std::string name = e.path().filename().string();
         const fs::path index = e.path() / "index.db", spec = src / "experiments" / "specs" / (name + ".toml");
         if (!fs::exists(index) || !fs::exists(spec)) continue;
+        if (ExperimentSpec::load(spec).reads_traces_across_points()) {
+            std::cout << "[ not from the index ] " << name << ": its summaries across points read every trace\n";
+            continue;
+        }
         size_t traced = 0;
         bool both = true;
         {

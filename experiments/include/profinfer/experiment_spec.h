@@ -89,6 +89,9 @@ struct ExperimentSpec {
     std::vector<Claim> claims;
 
     int rounds_for(bool quick) const { return quick ? quick_rounds : rounds; }
+    // Whether its summaries across points (matmuls, matmul_backends, sampled_shares, the
+    // threads figure) read every trace: then it is summarised only where its traces are.
+    bool reads_traces_across_points() const;
 
     static ExperimentSpec load(const std::filesystem::path& file);
     // The points of the sweep (Cartesian product, in the spec's order), quick or full.
