@@ -316,19 +316,31 @@ std::vector<Figure> draw_figures(store::Database& db, const fs::path& dir, const
     // Paper Fig. 9: per decode step, its time stacked by kind of operator.
     if (wanted("tokens")) draw_steps_figure(db, draw);
 
-    // Compute vs wait per op type and thread (paper Fig. 6).
+    // Compute vs wait per op type and thread (paper Fig. 6), as shares of each thread's time
+    // in the op type (relative stacks: a small op reads as well as MatMul). Where barriers
+    // were traced the wait splits into waiting for the other threads and the barrier's own
+    // exit and probes (what a thread alone reads as wait).
     auto by_thread = wanted("threads") ? stats_table(db, "thread").to_json() : nlohmann::json::array();
     if (!by_thread.empty()) {
-        std::vector<std::tuple<int, double, double, std::string>> rows;
-        for (size_t i = 0; i < by_thread.size(); ++i)
-            rows.emplace_back(int(i), num(by_thread[i]["compute_ms"]), num(by_thread[i]["wait_ms"]),
+        const bool split = by_thread[0]["others_wait_ms"].is_number();
+        std::vector<std::tuple<int, double, double, double, std::string>> rows;
+        for (size_t i = 0; i < by_thread.size(); ++i) {
+            const double c = num(by_thread[i]["compute_ms"]), w = num(by_thread[i]["wait_ms"]);
+            const double o = split ? std::min(num(by_thread[i]["others_wait_ms"]), w) : w;
+            const double all = c + w > 0 ? c + w : 1;
+            rows.emplace_back(int(i), 100 * c / all, 100 * o / all, 100 * (w - o) / all,
                               gnuplot_label(by_thread[i]["op"].get<std::string>() + "_t" + std::to_string(by_thread[i]["ith"].get<int>())));
-        draw("threads", "Compute and wait per thread by op type", [&](Gnuplot& gp) {
+        }
+        draw("threads", "Compute and wait per thread by op type (share of the thread's time in the op type)", [&](Gnuplot& gp) {
             gp << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8\n"
-                  "set boxwidth 0.7\nset ylabel 'time over the run (ms)'\nset xtics rotate by -60 font ',7'\n"
-                  "plot '-' using 2:xtic(4) title 'compute' lc rgb '#2874a6', '-' using 3 title 'wait' lc rgb '#f5b041'\n";
+                  "set boxwidth 0.7\nset yrange [0:100]\nset ylabel 'share of the thread time (%)'\n"
+                  "set xtics rotate by -60 font ',7'\nset key outside top center horizontal\n"
+                  "plot '-' using 2:xtic(5) title 'compute' lc rgb '#2874a6', '-' using 3 title "
+               << gnuplot_quote(split ? "waiting for the other threads" : "wait") << " lc rgb '#f5b041'"
+               << (split ? ", '-' using 4 title 'barrier exit and probes' lc rgb '#aab7b8'" : "") << "\n";
             gp.send1d(rows);
             gp.send1d(rows);
+            if (split) gp.send1d(rows);
         });
     }
 

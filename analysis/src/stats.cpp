@@ -162,14 +162,19 @@ Table by_gpu(store::Database& db) {
 // (--wait sampled), the thread's part time split by the share of its samples that were in
 // barrier code, with the share's 95 % Wilson interval; at --level op there is no split (all
 // compute, wait_share_pct null).
+// Where barriers are traced the wait splits further: others_wait_ms is the time from the
+// thread's arrival at the node's barrier to the last thread's arrival (waiting for the
+// others: the imbalance itself), the rest of wait_ms the barrier's own exit and the
+// probes' traps on it — what a thread alone (one thread: nobody to wait for, others_wait_ms
+// 0) reads as wait. others_wait_pct is others_wait_ms over compute_ms + others_wait_ms.
 Table by_thread(store::Database& db) {
-    Table raw = query_table(db, {"op", "ith", "part_ns", "compute_ns", "wait_ns", "samples", "wait_samples"},
+    Table raw = query_table(db, {"op", "ith", "part_ns", "compute_ns", "wait_ns", "samples", "wait_samples", "others_ns"},
                             "SELECT op, ith, sum(end_ns - start_ns), sum(compute_ns), sum(wait_ns), sum(samples), "
-                            "sum(wait_samples) FROM thread_parts GROUP BY op, ith ORDER BY op, ith");
+                            "sum(wait_samples), sum(others_wait_ns) FROM thread_waits GROUP BY op, ith ORDER BY op, ith");
     const WaitSplit split = wait_split_of(db);
     Table t;
     t.columns = {"op", "ith", "compute_ms", "wait_ms", "wait_share_pct", "method",
-                 "samples", "sampled_wait_pct", "sampled_ci95_lo", "sampled_ci95_hi"};
+                 "samples", "sampled_wait_pct", "sampled_ci95_lo", "sampled_ci95_hi", "others_wait_ms", "others_wait_pct"};
     for (const auto& r : raw.rows) {
         auto d = [&](size_t c) { return r[c].is_number() ? r[c].get<double>() : 0.0; };
         const double part = d(2), k = d(6), n = d(5);
@@ -188,6 +193,13 @@ Table by_thread(store::Database& db) {
             o.insert(o.end(), {part * (1 - f) / 1e6, part * f / 1e6, w_json, to_string(split)});
         }
         o.insert(o.end(), {int64_t(n), share, lo, hi});
+        if (split == WaitSplit::Exact) {
+            const double others = std::min(d(7), d(4));  // never more than the wait it is part of
+            o.insert(o.end(), {others / 1e6, d(3) + others > 0 ? nlohmann::json(100.0 * others / (d(3) + others))
+                                                              : nlohmann::json(nullptr)});
+        } else {
+            o.insert(o.end(), {nullptr, nullptr});
+        }
         t.rows.push_back(std::move(o));
     }
     return t;

@@ -63,7 +63,7 @@ const std::vector<MetricInfo>& study_metrics() {
         {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
         {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
         {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"}, {"moe_reuse_time_r", "r"},
-        {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"},
+        {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"}, {"wait_share_activation_pct", "%"},
         {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
         {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"},
         {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},

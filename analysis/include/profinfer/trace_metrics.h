@@ -6,8 +6,8 @@
 // weight_matmul_growth_ratio, gpu_graph_share_pct, weight_stream_gbs, attn_block_ops,
 // ffn_block_ops, kq_over_weight_ratio, moe_ms_per_token, moe_first_call_ms,
 // moe_major_faults_per_token, moe_first_call_major_faults, moe_reuse_time_r,
-// wait_share_matmul_pct, wait_share_other_pct. A metric the trace cannot give (no operator
-// records, no hog, no MoE, one thread) is null.
+// wait_share_matmul_pct, wait_share_other_pct, wait_share_activation_pct. A metric the trace
+// cannot give (no operator records, no hog, no MoE, one thread) is null.
 #include <nlohmann/json.hpp>
 
 #include "profinfer/store.h"
