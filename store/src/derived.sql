@@ -67,6 +67,16 @@ FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq AND cg.ops_traced
      JOIN node_names n ON n.graph_seq = o.graph_seq AND n.tensor = o.tensor
      LEFT JOIN op_samples s ON s.op_id = o.id;
 
+-- thread_parts with, where barriers are traced, the part's wait for the other threads: from
+-- its arrival at the node's barrier (compute_end_ns) to the last thread's arrival. The rest of
+-- its wait is the barrier's exit and the barrier probes' own traps (a thread alone, with
+-- nobody to wait for, still reads them: paper Fig. 6's 1-thread control). 0 without barriers.
+CREATE TEMP VIEW thread_waits AS
+SELECT p.*, CASE WHEN p.barriers > 0
+                 THEN max(p.compute_end_ns) OVER (PARTITION BY p.graph_seq, p.tensor) - p.compute_end_ns
+                 ELSE 0 END AS others_wait_ns
+FROM thread_parts p;
+
 -- One row per node a kernel computed (a fused kernel counts once, under its first node).
 -- The node's time runs from the first thread starting it to the last thread reaching the
 -- barrier that ends it, cut at the first thread starting the next node (and at the
