@@ -111,8 +111,9 @@ void add_experiment(CLI::App& app, std::function<int()>& action) {
     sum->add_flag("--quick", *quick, "Summarise the quick sweep's points");
     auto dropped = std::make_shared<int>(0);
     sum->add_option("--drop-first-calls", *dropped,
-                    "Leave the first N llama_decode calls of each trace out of its metrics (a run's warm-up: its first "
-                    "page faults); without the traces, what the index kept for that N")
+                    "Leave the first N llama_decode calls of each phase (prompt, decode) of each trace out of its metrics, "
+                    "a phase keeping its last call (a run's warm-up: its first page faults); without the traces, what "
+                    "the index kept for that N")
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
     sum->callback([&action, spec, board, out, quick, dropped] {

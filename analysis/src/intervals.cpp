@@ -95,4 +95,11 @@ Verdict judge(const Interval& e, double no_effect, bool expect_greater) {
     return above == expect_greater ? Verdict::Reproduced : Verdict::NotReproduced;
 }
 
+Verdict judge_within(const Interval& e, double lo, double hi) {
+    if (!e.has_interval()) return Verdict::NotTestable;
+    if (lo <= e.lo && e.hi <= hi) return Verdict::Reproduced;
+    if (e.hi < lo || e.lo > hi) return Verdict::NotReproduced;
+    return Verdict::WithinNoise;
+}
+
 }  // namespace profinfer

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ void operator_shares(store::Database& db, nlohmann::json& m) {
     m["op_ms_per_token"] = calls ? nlohmann::json(op / 1e6 / double(calls)) : nlohmann::json(nullptr);
     m["mul_mat_share_pct"] = op > 0 ? nlohmann::json(100.0 * st.column_double(1) / op) : nlohmann::json(nullptr);
     m["attention_share_pct"] = op > 0 ? nlohmann::json(100.0 * st.column_double(2) / op) : nlohmann::json(nullptr);
+    // The same of the prompt's calls (TTFT's operators; paper Fig. 5: "of TTFT/TPOT").
+    store::Statement pf(db.handle(),
+                        "SELECT sum(dur_ns), sum(CASE WHEN matmul THEN dur_ns ELSE 0 END) FROM node_times WHERE phase = 'prefill'");
+    pf.step();
+    const double pop = pf.column_double(0);
+    m["prefill_mul_mat_share_pct"] = pop > 0 ? nlohmann::json(100.0 * pf.column_double(1) / pop) : nlohmann::json(nullptr);
 }
 
 void wait_share(store::Database& db, nlohmann::json& m) {
@@ -101,13 +108,51 @@ void predicted_slowdown(store::Database& db, nlohmann::json& m) {
 // Paper Fig. 9 within one generation: attention time per decode step at the end of the
 // run (its last tenth of decode calls, median) over the start (first tenth), and the
 // same for the weight MatMuls. Null under 20 decode calls with operator records.
+// Paper Fig. 9's stair steps: llama.cpp pads the KV cache's view to 256 cells (n_kv =
+// max(256, 256·⌈used / 256⌉), llama-kv-cache.cpp get_n_kv), so attention's work per decode
+// step is flat within a block of 256 cells and jumps at each boundary. Each call's n_kv is
+// read from its attention's K (the KQ MatMul's src0, flash attention's src1: ne1 = n_kv).
+// attention_step_ratio: at each boundary between consecutive blocks holding at least kSide
+// calls each, the median attention time of the first kSide calls after it over the last kSide
+// before it (median over the boundaries); attention_in_block_ratio: within each block of
+// 2·kSide calls or more, its last kSide calls over its first kSide (median over the blocks).
+// Null without such blocks. ATT: decode call → attention ns.
+void attention_steps(store::Database& db, const std::map<int64_t, double>& att, nlohmann::json& m) {
+    constexpr size_t kSide = 32;
+    std::map<int64_t, std::vector<double>> blocks;  // n_kv → attention ns per call, in call order
+    store::Statement st(db.handle(),
+                        "SELECT cg.call, max(s.ne1) FROM call_graphs cg JOIN node_names n ON n.graph_seq = cg.graph_seq "
+                        "JOIN node_srcs s ON s.node_id = n.id WHERE cg.phase = 'decode' AND n.attention AND "
+                        "((n.op = 'FLASH_ATTN_EXT' AND s.slot = 1) OR (n.base = 'kq' AND s.slot = 0)) "
+                        "GROUP BY cg.call ORDER BY cg.call");
+    while (st.step())
+        if (auto a = att.find(st.column_int(0)); a != att.end() && !st.column_is_null(1)) blocks[st.column_int(1)].push_back(a->second);
+    std::vector<double> steps, within;
+    const std::vector<double>* before = nullptr;
+    for (const auto& [n_kv, v] : blocks) {
+        if (before && before->size() >= kSide && v.size() >= kSide) {
+            const double a = median_of({before->end() - long(kSide), before->end()}), b = median_of({v.begin(), v.begin() + long(kSide)});
+            if (a > 0) steps.push_back(b / a);
+        }
+        if (v.size() >= 2 * kSide) {
+            const double first = median_of({v.begin(), v.begin() + long(kSide)}), last = median_of({v.end() - long(kSide), v.end()});
+            if (first > 0) within.push_back(last / first);
+        }
+        before = &v;
+    }
+    m["attention_step_ratio"] = steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(median_of(steps));
+    m["attention_in_block_ratio"] = within.empty() ? nlohmann::json(nullptr) : nlohmann::json(median_of(within));
+}
+
 void growth_within_run(store::Database& db, nlohmann::json& m) {
     std::vector<double> att, mm;
+    std::map<int64_t, double> att_by_call;
     store::Statement st(db.handle(),
                         "SELECT sum(CASE WHEN attention THEN dur_ns ELSE 0 END), sum(CASE WHEN matmul AND NOT "
-                        "attention THEN dur_ns ELSE 0 END) FROM node_times WHERE phase = 'decode' "
+                        "attention THEN dur_ns ELSE 0 END), call FROM node_times WHERE phase = 'decode' "
                         "GROUP BY call ORDER BY call");
-    while (st.step()) att.push_back(st.column_double(0)), mm.push_back(st.column_double(1));
+    while (st.step())
+        att.push_back(st.column_double(0)), mm.push_back(st.column_double(1)), att_by_call[st.column_int(2)] = att.back();
     auto growth = [](const std::vector<double>& v) -> nlohmann::json {
         if (v.size() < 20) return nullptr;
         const size_t tenth = v.size() / 10;
@@ -116,6 +161,7 @@ void growth_within_run(store::Database& db, nlohmann::json& m) {
     };
     m["attention_growth_ratio"] = growth(att);
     m["weight_matmul_growth_ratio"] = growth(mm);
+    attention_steps(db, att_by_call, m);
 }
 
 // Paper Fig. 7: the share of decode call time that belongs to a non-CPU backend

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "profinfer/output_file.h"
 #include "profinfer/study_text.h"
@@ -42,6 +43,60 @@ Testbed Testbed::here() {
     return t;
 }
 
+namespace {
+
+// A trend claim (over = PARAM): per group of a's points (the parameters other than PARAM that
+// vary), per round measured at every value of PARAM, the least-squares slope of the metric
+// against PARAM; its median over the rounds and interval, held against value.
+void evaluate_trend(const Claim& c, const std::vector<PointSamples>& points, std::vector<ClaimResult>& out) {
+    std::map<std::string, std::vector<const PointSamples*>> groups;
+    for (const auto& p : points)
+        if (p.matches(c.a) && p.params.count(c.over)) groups[group_name(p.params, points, c.a, {{c.over, ""}})].push_back(&p);
+    if (groups.empty()) {
+        out.push_back({&c, "", Interval{}, Verdict::NotTestable, "no recorded point matches a with " + c.over});
+        return;
+    }
+    for (const auto& [group, pts] : groups) {
+        ClaimResult r{&c, group, Interval{}, Verdict::NotTestable, ""};
+        std::map<int, std::vector<std::pair<double, double>>> by_round;  // round → (x, metric)
+        std::set<double> xs;
+        try {
+            for (const auto* p : pts) {
+                const double x = std::stod(p->params.at(c.over));
+                xs.insert(x);
+                for (const auto& [round, y] : p->of(c.metric)) by_round[round].push_back({x, y});
+            }
+        } catch (const std::exception&) {
+            r.reason = c.over + " is not a number in every point";
+            out.push_back(r);
+            continue;
+        }
+        std::vector<double> slopes;
+        for (const auto& [round, v] : by_round) {
+            if (v.size() != pts.size()) continue;  // a round missing a point: no slope over the whole sweep
+            double mx = 0, my = 0;
+            for (const auto& [x, y] : v) mx += x, my += y;
+            mx /= double(v.size()), my /= double(v.size());
+            double sxy = 0, sxx = 0;
+            for (const auto& [x, y] : v) sxy += (x - mx) * (y - my), sxx += (x - mx) * (x - mx);
+            if (sxx > 0) slopes.push_back(sxy / sxx);
+        }
+        if (xs.size() < 2) {
+            r.reason = "a trend needs two values of " + c.over + " or more";
+        } else {
+            r.estimate = median_interval(slopes);
+            r.verdict = c.margin ? judge_within(r.estimate, *c.value - *c.margin, *c.value + *c.margin)
+                                 : judge(r.estimate, *c.value, c.expect_greater);
+            if (r.verdict == Verdict::NotTestable)
+                r.reason = "n = " + rounds_text(r.estimate.n) + " rounds with every value of " + c.over +
+                           ": too few for an interval (at least " + std::to_string(kMinRoundsForInterval) + ")";
+        }
+        out.push_back(r);
+    }
+}
+
+}  // namespace
+
 std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& all_points,
                                          const Testbed& here, const DerivedSamples& derived) {
     std::vector<ClaimResult> out;
@@ -57,6 +112,10 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
             untestable = "needs hardware performance counters; this machine has no PMU";
         if (!untestable.empty()) {
             out.push_back({&c, "", Interval{}, Verdict::NotTestable, untestable});
+            continue;
+        }
+        if (!c.over.empty()) {
+            evaluate_trend(c, points, out);
             continue;
         }
         // Each side's points, grouped by the parameters neither side fixes.
@@ -81,12 +140,15 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                 else if (av.empty() || bv->empty())
                     r.reason = std::string(av.empty() ? "a" : "b") + " was not measured";
                 else
-                    r.estimate = difference_interval(av, *bv, c.factor), r.verdict = judge(r.estimate, *c.value, c.expect_greater);
+                    r.estimate = difference_interval(av, *bv, c.factor),
+                    r.verdict = c.margin ? judge_within(r.estimate, *c.value - *c.margin, *c.value + *c.margin)
+                                         : judge(r.estimate, *c.value, c.expect_greater);
             } else if (c.value) {
                 std::vector<double> v;
                 for (const auto& [round, x] : av) v.push_back(x);
                 r.estimate = median_interval(v);
-                r.verdict = judge(r.estimate, *c.value, c.expect_greater);
+                r.verdict = c.margin ? judge_within(r.estimate, *c.value - *c.margin, *c.value + *c.margin)
+                                     : judge(r.estimate, *c.value, c.expect_greater);
             } else if (auto b = bs.find(group); b == bs.end()) {
                 r.reason = "no recorded point matches b" + (group.empty() ? "" : " for " + group);
             } else {
@@ -106,7 +168,8 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                                ": a ratio to it says nothing";
                 } else {
                     r.estimate = ratio_interval(av, bv);
-                    r.verdict = judge(r.estimate, c.factor, c.expect_greater);
+                    r.verdict = c.margin ? judge_within(r.estimate, c.factor * (1 - *c.margin), c.factor * (1 + *c.margin))
+                                         : judge(r.estimate, c.factor, c.expect_greater);
                 }
             }
             if (r.verdict == Verdict::NotTestable && r.reason.empty())

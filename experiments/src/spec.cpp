@@ -170,7 +170,23 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     if (auto v = t["value"].value<double>()) c.value = *v;
     const std::string expect = t["expect"].value_or(std::string());
     const std::string other = c.value ? "value" : "b";
-    if (expect == "a - b > value" || expect == "a - b < value") {
+    c.over = t["over"].value_or(std::string());
+    if (!c.over.empty()) {
+        if (!c.value) throw Error(where + ": over (a trend) needs value, the slope it is held against");
+        if (!c.b.empty() || t["factor"]) throw Error(where + ": over (a trend) takes a and value, not b or factor");
+        if (c.a.count(c.over)) throw Error(where + ": over = \"" + c.over + "\" is the trend's own axis: a cannot fix it");
+    }
+    if (auto m = t["margin"].value<double>()) {
+        if (!(*m > 0)) throw Error(where + ": margin must be a positive number");
+        c.margin = *m;
+    }
+    if (expect == "a ~ " + other || expect == "a - b ~ value") {
+        if (!c.margin) throw Error(where + ": expect \"" + expect + "\" needs margin (how far from " + other + " is still the same)");
+        c.difference = expect == "a - b ~ value";
+        if (c.difference && !c.value) throw Error(where + ": expect \"a - b ~ value\" needs value");
+    } else if (c.margin) {
+        throw Error(where + ": margin goes with expect \"a ~ " + other + "\" (an equivalence), not with \"" + expect + "\"");
+    } else if (expect == "a - b > value" || expect == "a - b < value") {
         if (!c.value) throw Error(where + ": expect \"" + expect + "\" needs value (the difference it is held against)");
         c.difference = true;
         c.expect_greater = expect[6] == '>';
@@ -179,9 +195,11 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     } else if (expect == "a < " + other) {
         c.expect_greater = false;
     } else {
-        throw Error(where + ": expect is \"a > " + other + "\", \"a < " + other + "\"" +
-                    (c.value ? ", \"a - b > value\" or \"a - b < value\"" : "") + ", not '" + expect + "'");
+        throw Error(where + ": expect is \"a > " + other + "\", \"a < " + other + "\", \"a ~ " + other + "\" (with margin)" +
+                    (c.value ? ", \"a - b > value\", \"a - b < value\" or \"a - b ~ value\"" : "") + ", not '" + expect + "'");
     }
+    if (!c.over.empty() && (c.difference || !c.metric_b.empty()))
+        throw Error(where + ": over (a trend) is \"a > value\", \"a < value\" or \"a ~ value\" on one metric");
     if ((!c.value || c.difference) && c.a.empty() && c.b.empty() && c.metric_b.empty())
         throw Error(where + ": a and b select the same points: give a, b or metric_b");
     if (t["factor"]) {
@@ -204,8 +222,12 @@ std::string Claim::expectation() const {
         std::snprintf(b, sizeof b, " %g ×", factor);
         f = b;
     }
-    if (difference) return std::string("a −") + f + " b " + (expect_greater ? ">" : "<") + " value";
-    return std::string("a ") + (expect_greater ? ">" : "<") + f + (value ? " value" : " b");
+    char m[40] = "";
+    if (margin) std::snprintf(m, sizeof m, " ± %g", *margin);
+    const std::string op = margin ? "≈" : expect_greater ? ">" : "<";
+    if (!over.empty()) return "slope over " + over + " " + op + " value" + m;
+    if (difference) return std::string("a −") + f + " b " + op + " value" + m;
+    return std::string("a ") + op + f + (value ? " value" : " b") + m;
 }
 
 std::string Claim::compared() const { return metric_b.empty() ? metric : metric + " / " + metric_b; }

@@ -59,7 +59,7 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
 const std::vector<MetricInfo>& study_metrics() {
     static const std::vector<MetricInfo> kMetrics = {
         {"decode_tps", "tokens/s"},          {"prefill_tps", "tokens/s"},      {"bench_tg_tps", "tokens/s"},
-        {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"},
+        {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"}, {"prefill_mul_mat_share_pct", "%"},
         {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
         {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
         {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"}, {"moe_reuse_time_r", "r"},
@@ -67,7 +67,7 @@ const std::vector<MetricInfo>& study_metrics() {
         {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
         {"traced_calls_pct", "%"},           {"dump_dot_ms", "ms"},            {"dump_dot_pct_of_decode", "%"},
         {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},
-        {"attention_growth_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
+        {"attention_growth_ratio", "ratio"}, {"attention_step_ratio", "ratio"}, {"attention_in_block_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
         {"attn_block_ops", "nodes"},         {"ffn_block_ops", "nodes"},
         {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"},
         {"attach_slowdown_pct", "% of decode speed"}, {"attached_tps", "tokens/s"}, {"detached_tps", "tokens/s"},
@@ -174,7 +174,7 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
         nlohmann::json m = nlohmann::json::object();
         if (!db.empty() && fs::exists(db)) {
             store::Database trace(db, store::Database::Mode::ReadOnly);
-            if (facts.calls_dropped) trace.keep_calls_from(facts.calls_dropped);
+            if (facts.calls_dropped) trace.drop_first_calls(facts.calls_dropped);
             m = trace_derived(trace, r.params.at("tracer"));
             kept.push_back({run.id, run.round, m.dump()});
         } else if (!db.empty()) {

@@ -255,7 +255,8 @@ void write_table_md(const Study& s, const std::vector<ClaimResult>& verdicts, st
        << (s.facts.trap_us.empty() ? "" : "; a uprobe trap costs " + s.facts.trap_us + " µs there (measured as the run began)")
        << (s.facts.machine_note.empty() ? "" : "; " + s.facts.machine_note) << ".\n\n";
     if (s.facts.calls_dropped)
-        md << "Summarised with the first " << s.facts.calls_dropped << " calls of each trace left out of its metrics "
+        md << "Summarised with the first " << s.facts.calls_dropped << " calls of each trace left out of its metrics, "
+           << "per phase (a phase keeps its last call) "
            << "(`experiment summarise --drop-first-calls " << s.facts.calls_dropped << "`).\n\n";
     for (const auto& n : spec.notes) md << "- " << n << "\n";
     md << "- Points: `index.db` (parameters, command, timings per round), `runs.csv` (every round's metrics); "
@@ -263,7 +264,12 @@ void write_table_md(const Study& s, const std::vector<ClaimResult>& verdicts, st
     if (!verdicts.empty()) {
         md << "\n## Verdicts\n\nEach claim as a comparison over the rounds: the median of each round's ratio a / b (or a's "
               "median against a value) with its 95 % bootstrap interval; reproduced or not reproduced only when "
-              "the interval excludes no effect.\n\n";
+              "the interval excludes no effect"
+           << (std::any_of(spec.claims.begin(), spec.claims.end(), [](const Claim& c) { return c.margin.has_value(); })
+                   ? "; an equivalence (≈ ± margin) reproduced only when the whole interval lies within the margin, not "
+                     "reproduced when it lies wholly outside it"
+                   : "")
+           << ".\n\n";
         Table t{{"claim", "test", "group", "estimate [95 % interval]", "n", "verdict"}, {}};
         for (const auto& r : verdicts) {
             const Claim& c = *r.claim;

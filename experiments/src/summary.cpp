@@ -48,10 +48,21 @@ void write_point_outputs(const Study& s, std::vector<fs::path>& written) {
         if (!spec.figures.empty()) {
             // The recording's own figures (timeline: paper Fig. 5, threads: Fig. 6, tokens: Fig. 9,
             // experts: Fig. 13) from the point's first round, named points/<id>-<kind>.
+            // The point's own parameters among those the study varies (ctx, fa, hog, …): each
+            // figure says which point it is.
+            std::string varied;
+            for (const auto& [k, v] : r.params) {
+                if (k == "model" || k == "type" || k == "threads") continue;
+                const bool varies = std::any_of(s.points.begin(), s.points.end(), [&](const auto& q) {
+                    const auto it = q.params.find(k);
+                    return it != q.params.end() && it->second != v;
+                });
+                if (varies) varied += ", " + k + "=" + v;
+            }
             const std::string caption = s.machine() + "; " + r.params.at("model") + " " +
-                                        r.params.at("type") + ", " + r.params.at("threads") + " threads; --level " +
-                                        spec.level + "; one run: round " + std::to_string(r.dbs.front().first) + " of " +
-                                        std::to_string(r.dbs.size());
+                                        r.params.at("type") + ", " + r.params.at("threads") + " threads" + varied +
+                                        "; --level " + spec.level + "; one run: round " + std::to_string(r.dbs.front().first) +
+                                        " of " + std::to_string(r.dbs.size());
             for (const auto& f : draw_figures(db, out_dir / "points", machine ? &*machine : nullptr, spec.figures,
                                               r.id + "-", caption))
                 written.push_back(f.png), written.push_back(f.svg);

@@ -240,6 +240,13 @@ std::vector<PointSamples> synthetic(const ExperimentSpec& s, double llama_gap, d
     }
     return out;
 }
+
+Verdict verdict_of(const std::vector<ClaimResult>& rs, const std::string& says, const std::string& group) {
+    for (const auto& r : rs)
+        if (r.claim->says == says && r.group == group) return r.verdict;
+    ADD_FAILURE() << "no result for " << says << " / " << group;
+    return Verdict::NotTestable;
+}
 }  // namespace
 
 TEST(ExperimentSpec, ClaimsAreReadWithTheirSides) {
@@ -271,12 +278,6 @@ TEST(ExperimentSpec, ClaimsAreReadWithTheirSides) {
 TEST(ExperimentSpec, VerdictFlipsToWithinNoiseWhenIntervalsOverlap) {
     TempDir d;
     const auto s = ExperimentSpec::load(write_spec(d, kClaims));
-    auto verdict_of = [](const std::vector<ClaimResult>& rs, const std::string& says, const std::string& group) {
-        for (const auto& r : rs)
-            if (r.claim->says == says && r.group == group) return r.verdict;
-        ADD_FAILURE() << "no result for " << says << " / " << group;
-        return Verdict::NotTestable;
-    };
     const Testbed small{2, false};
     auto clear = evaluate_claims(s, synthetic(s, 10, 10), small);
     EXPECT_EQ(verdict_of(clear, "Decode slows as the KV cache grows", "model=llama3.2-1b"), Verdict::Reproduced);
@@ -333,6 +334,90 @@ expect = "a - b < value"
     }
     std::string no_value = text.substr(0, text.rfind("value = 5")) + "expect = \"a - b < value\"\n";
     EXPECT_THROW(ExperimentSpec::load(write_spec(d, no_value)), Error) << "a difference needs value";
+}
+
+// "a ~ b" / "a ~ value" with margin: an equivalence (the paper's "unaffected", "does not
+// grow") — reproduced only when the whole interval lies within the margin, not reproduced when
+// it lies wholly outside, within noise when the interval is too wide to tell; read back as
+// written; margin and "~" only together.
+TEST(ExperimentSpec, AnEquivalenceClaimIsReproducedOnlyInsideItsMargin) {
+    TempDir d;
+    auto with = [&](const std::string& claims) { return ExperimentSpec::load(write_spec(d, std::string(kClaims) + claims)); };
+    const auto s = with(R"(
+[[claim]]
+says = "Deep context leaves decode unaffected"
+metric = "decode_tps"
+a = { ctx = 2048 }
+b = { ctx = 0 }
+margin = 0.1
+expect = "a ~ b"
+[[claim]]
+says = "The same, to a hundredth"
+metric = "decode_tps"
+a = { ctx = 2048 }
+b = { ctx = 0 }
+margin = 0.01
+expect = "a ~ b"
+[[claim]]
+says = "MatMul is 92 % of decode"
+metric = "mul_mat_share_pct"
+a = { ctx = 0 }
+value = 92
+margin = 5
+expect = "a ~ value"
+[[claim]]
+says = "MatMul is 80 % of decode"
+metric = "mul_mat_share_pct"
+a = { ctx = 0 }
+value = 80
+margin = 5
+expect = "a ~ value"
+)");
+    ASSERT_EQ(s.claims.size(), 7u);
+    EXPECT_EQ(s.claims[3].expectation(), "a ≈ b ± 0.1");
+    EXPECT_EQ(s.claims[5].expectation(), "a ≈ value ± 5");
+    // llama: deep 0.2 t/s slower (a ratio of ~0.995 ± ~3 %), qwen: 10 slower (0.75).
+    const auto rs = evaluate_claims(s, synthetic(s, 0.2, 10), Testbed{2, false});
+    EXPECT_EQ(verdict_of(rs, "Deep context leaves decode unaffected", "model=llama3.2-1b"), Verdict::Reproduced);
+    EXPECT_EQ(verdict_of(rs, "Deep context leaves decode unaffected", "model=qwen2.5-1.5b"), Verdict::NotReproduced);
+    EXPECT_EQ(verdict_of(rs, "The same, to a hundredth", "model=llama3.2-1b"), Verdict::WithinNoise);
+    for (const char* model : {"model=llama3.2-1b", "model=qwen2.5-1.5b"}) {
+        EXPECT_EQ(verdict_of(rs, "MatMul is 92 % of decode", model), Verdict::Reproduced) << model;
+        EXPECT_EQ(verdict_of(rs, "MatMul is 80 % of decode", model), Verdict::NotReproduced) << model;
+    }
+    const std::string base = "\n[[claim]]\nsays = \"x\"\nmetric = \"decode_tps\"\na = { ctx = 2048 }\nb = { ctx = 0 }\n";
+    EXPECT_THROW(with(base + "expect = \"a ~ b\"\n"), Error) << "an equivalence needs its margin";
+    EXPECT_THROW(with(base + "margin = 0.1\nexpect = \"a < b\"\n"), Error) << "a margin belongs to an equivalence";
+    EXPECT_THROW(with(base + "margin = -1\nexpect = \"a ~ b\"\n"), Error) << "a margin is positive";
+}
+
+// over = PARAM: a trend over the whole sweep — per group and round the least-squares slope of
+// the metric against PARAM, its median and interval held against value (not one chosen pair
+// of the sweep's points); the axis itself names no group; what it cannot take is refused.
+TEST(ExperimentSpec, ATrendClaimReadsTheSlopeOverTheWholeSweep) {
+    TempDir d;
+    auto with = [&](const std::string& claims) { return ExperimentSpec::load(write_spec(d, std::string(kClaims) + claims)); };
+    const auto s = with(R"(
+[[claim]]
+says = "Decode slows over the whole context sweep"
+metric = "decode_tps"
+over = "ctx"
+value = 0
+expect = "a < value"
+)");
+    ASSERT_EQ(s.claims.size(), 4u);
+    EXPECT_EQ(s.claims[3].expectation(), "slope over ctx < value");
+    // llama: 10 t/s slower at 2048 (a slope of about −0.0049 t/s per token), qwen: 0.3 slower
+    // within ±1 of noise.
+    const auto rs = evaluate_claims(s, synthetic(s, 10, 0.3), Testbed{2, false});
+    EXPECT_EQ(verdict_of(rs, "Decode slows over the whole context sweep", "model=llama3.2-1b"), Verdict::Reproduced);
+    EXPECT_EQ(verdict_of(rs, "Decode slows over the whole context sweep", "model=qwen2.5-1.5b"), Verdict::WithinNoise);
+    for (const auto& r : rs)
+        if (r.claim == &s.claims[3] && r.group == "model=llama3.2-1b") EXPECT_NEAR(r.estimate.median, -10.0 / 2048, 1.5 / 2048);
+    const std::string base = "\n[[claim]]\nsays = \"x\"\nmetric = \"decode_tps\"\nover = \"ctx\"\n";
+    EXPECT_THROW(with(base + "expect = \"a < b\"\nb = { ctx = 0 }\n"), Error) << "a trend has no b";
+    EXPECT_THROW(with(base + "expect = \"a < value\"\n"), Error) << "a trend needs value";
+    EXPECT_THROW(with(base + "a = { ctx = 0 }\nvalue = 0\nexpect = \"a < value\"\n"), Error) << "a cannot fix the axis";
 }
 
 // A ratio claim whose b is not above 0 in every round (a slowdown within its noise) is not

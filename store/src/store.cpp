@@ -256,9 +256,13 @@ void Database::initialise(Mode mode) {
     }
 }
 
-void Database::keep_calls_from(int64_t first) {
-    const std::string n = std::to_string(first);
-    exec("DELETE FROM temp.call_graphs WHERE call < " + n + "; DELETE FROM temp.calls WHERE call < " + n);
+void Database::drop_first_calls(int64_t n) {
+    const std::string k = std::to_string(n);
+    exec("CREATE TEMP TABLE IF NOT EXISTS dropped_calls (call INTEGER PRIMARY KEY); DELETE FROM temp.dropped_calls; "
+         "INSERT INTO temp.dropped_calls SELECT call FROM (SELECT call, row_number() OVER (PARTITION BY phase ORDER BY "
+         "call) AS k, count(*) OVER (PARTITION BY phase) AS n FROM temp.calls) WHERE k <= " + k + " AND k < n; "
+         "DELETE FROM temp.call_graphs WHERE call IN (SELECT call FROM temp.dropped_calls); "
+         "DELETE FROM temp.calls WHERE call IN (SELECT call FROM temp.dropped_calls)");
 }
 
 Database::~Database() {

@@ -80,19 +80,34 @@ TEST_P(OperatorTime, NeverExceedsItsCall) {
                        "SELECT count(*) FROM calls c WHERE (SELECT sum(e - s) FROM (SELECT min(o.start_ns) AS s, "
                        "max(o.compute_end_ns) AS e FROM ops o JOIN call_graphs g ON g.graph_seq = o.graph_seq "
                        "WHERE g.call = c.call GROUP BY o.graph_seq, o.tensor)) > c.dur_ns")));
-    // A reader that leaves the first two calls out (a run's warm-up: Database::keep_calls_from)
-    // sees the other ten, numbered as before, with their graphs and nodes, and nothing of the two.
+    // A reader that leaves the first two calls of each phase out (a run's warm-up:
+    // Database::drop_first_calls; a phase of two calls or fewer keeps its last) sees the others,
+    // numbered as before, with their graphs and nodes, and nothing of the dropped ones — which
+    // are found here by hand from the call list.
     {
         store::Database warm(db_path, store::Database::Mode::ReadOnly);
-        const int64_t nodes = warm.scalar("SELECT count(*) FROM node_times"),
-                      of_first_two = warm.scalar("SELECT count(*) FROM node_times WHERE call < 2");
-        EXPECT_GT(of_first_two, 0);
-        warm.keep_calls_from(2);
-        EXPECT_EQ(warm.scalar("SELECT count(*) FROM calls"), 10);
-        EXPECT_EQ(warm.scalar("SELECT min(call) FROM calls"), 2);
-        EXPECT_EQ(warm.scalar("SELECT count(*) FROM node_times"), nodes - of_first_two);
-        EXPECT_EQ(warm.scalar("SELECT count(*) FROM call_graphs WHERE call < 2"), 0);
-        EXPECT_EQ(warm.scalar("SELECT count(*) FROM thread_parts WHERE call < 2"), 0);
+        std::map<std::string, std::vector<int64_t>> by_phase;
+        {
+            store::Statement st(warm.handle(), "SELECT phase, call FROM calls ORDER BY call");
+            while (st.step()) by_phase[st.column_text(0)].push_back(st.column_int(1));
+        }
+        std::string dropped;  // "c1, c2, …"
+        size_t n_dropped = 0;
+        for (const auto& [phase, calls] : by_phase)
+            for (size_t i = 0; i < std::min<size_t>(2, calls.size() - 1); ++i)
+                dropped += (dropped.empty() ? "" : ", ") + std::to_string(calls[i]), ++n_dropped;
+        ASSERT_GT(n_dropped, 0u);
+        const std::string in = " WHERE call IN (" + dropped + ")";
+        const int64_t calls = warm.scalar("SELECT count(*) FROM calls"), nodes = warm.scalar("SELECT count(*) FROM node_times"),
+                      of_dropped = warm.scalar("SELECT count(*) FROM node_times" + in);
+        EXPECT_GT(of_dropped, 0);
+        warm.drop_first_calls(2);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM calls"), calls - int64_t(n_dropped));
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM calls" + in), 0);
+        EXPECT_EQ(warm.scalar("SELECT count(DISTINCT phase) FROM calls"), int64_t(by_phase.size())) << "a phase went whole";
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM node_times"), nodes - of_dropped);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM call_graphs" + in), 0);
+        EXPECT_EQ(warm.scalar("SELECT count(*) FROM thread_parts" + in), 0);
     }
     // The command line says the same.
     auto r = run({profinfer_bin(), "stat", db_path, "--by", "token", "--format", "json"});

@@ -52,5 +52,9 @@ std::string to_string(Verdict v);
 // whole interval lies on the claimed side, not reproduced when it lies wholly on the other,
 // within noise when it contains NO_EFFECT; not testable without an interval.
 Verdict judge(const Interval& estimate, double no_effect, bool expect_greater);
+// An equivalence ("unaffected", "does not grow"): reproduced when the whole interval lies
+// within [lo, hi], not reproduced when it lies wholly outside, within noise otherwise (an
+// interval too wide to tell).
+Verdict judge_within(const Interval& estimate, double lo, double hi);
 
 }  // namespace profinfer

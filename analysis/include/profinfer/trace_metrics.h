@@ -1,7 +1,7 @@
 #pragma once
 // A run's study metrics read from its trace, each defined once here (docs/experiments.md
 // lists them with the paper's figure each stands for): decode_tps and decode_calls,
-// prefill_tps, op_ms_per_token, mul_mat_share_pct, attention_share_pct, wait_share_pct,
+// prefill_tps, prefill_mul_mat_share_pct, op_ms_per_token, attention_step_ratio, attention_in_block_ratio, mul_mat_share_pct, attention_share_pct, wait_share_pct,
 // preempted_per_token, decode_tps_{before,during,after}_hog, attention_growth_ratio,
 // weight_matmul_growth_ratio, gpu_graph_share_pct, weight_stream_gbs, attn_block_ops,
 // ffn_block_ops, kq_over_weight_ratio, moe_ms_per_token, moe_first_call_ms,

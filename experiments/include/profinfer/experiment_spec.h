@@ -33,6 +33,12 @@ struct Claim {
     // value — for metrics that cross 0 within their noise (a slowdown of ~1 %), where a
     // ratio to b swings through ±∞.
     bool difference = false;
+    // "a ~ b" / "a ~ value" with margin m: an equivalence — a / b within 1 ± m, or a within
+    // value ± m (with difference: a − b within value ± m); the paper's "unaffected".
+    std::optional<double> margin;
+    // over = "ctx": a trend over the whole sweep of that (numeric) parameter — per group and
+    // round, the least-squares slope of the metric against it, held against value.
+    std::string over;
     int requires_cpus = 0;                             // fewer online CPUs: not testable here
     bool requires_pmu = false;                         // no hardware counters: not testable here
     std::string not_testable;                          // why it cannot be tested on any machine like this one

@@ -91,11 +91,13 @@ public:
     // counter read 0 on every operator (meta counters_read_zero: not a measurement).
     std::vector<std::string> counter_names();
     void set_meta(MetaKey key, const std::string& value);
-    // A reader's view of the calls numbered FIRST on (0 is the first llama_decode call): the
-    // earlier calls leave calls, call_graphs and every view joining them (node_times,
-    // thread_parts, ...), their numbers unchanged — a run's warm-up calls apart (their first
-    // page faults, first touches). For this connection only; the trace is not changed.
-    void keep_calls_from(int64_t first);
+    // A reader's view without the first N llama_decode calls of each phase (prefill, decode),
+    // a phase keeping its last call however few it has (llama-bench's one measured prompt after
+    // its warm-up prompt): those calls leave calls, call_graphs and every view joining them
+    // (node_times, thread_parts, ...), the others keep their numbers — a run's warm-up calls
+    // apart (their first page faults, first touches). For this connection only; the trace is
+    // not changed.
+    void drop_first_calls(int64_t n);
 
     // A trace made here (Create), written to its end: made one self-contained file — out of
     // the write-ahead log (retried while readers hold the file, up to PATIENCE), its indexes
