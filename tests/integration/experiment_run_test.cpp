@@ -697,8 +697,10 @@ metrics = ["decode_tps"]
     for (size_t i = 0; i < 2; ++i) {
         EXPECT_GT(predicted["token"][i], 0);
         // The tiny model's nodes last a few µs: a trap per node and thread costs far more
-        // than two per call.
-        EXPECT_GT(predicted["op"][i], 10 * predicted["token"][i]);
+        // than two per call. By how much depends on this machine's trap and record costs,
+        // measured as the run ends (token's two traps come with its record stored at once, op's
+        // records are held): 8.3x on one clean-clone CI, ~15x on others — 3x holds on any.
+        EXPECT_GT(predicted["op"][i], 3 * predicted["token"][i]);
     }
     auto has_column = [](const Table& t, const std::string& c) {
         return std::find(t.columns.begin(), t.columns.end(), c) != t.columns.end();
