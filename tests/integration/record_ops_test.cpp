@@ -127,6 +127,30 @@ TEST(RecordOps, LlamaSimpleGraphsThreadsAndFusedKernels) {
     EXPECT_GT(db.scalar("SELECT count(*) FROM " + coverage + " WHERE c >= 0.8"), pairs / 2);
 }
 
+// A node whose own tensor stays the same while a source's shape changes is described again:
+// flash attention's output keeps its shape while K and V grow with the KV cache (llama.cpp
+// widens the cache's view in steps of 256 cells). Past 256 tokens every call's K must hold
+// at least the tokens in the cache (recorded stale, K kept its first width: 256).
+TEST(RecordOps, SourceShapesFollowTheKVCacheAcrossItsSteps) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    auto rec = record(d, {"--level", "op"},
+                      {llama_debug().program("llama-simple"), "-m", tiny_model("llama3.2-1b"), "-n", "300", "Hello world"});
+    ASSERT_EQ(rec.result.status, 0) << rec.result.err;
+    EXPECT_EQ(lost(rec.db), 0);
+    store::Database db(rec.db, store::Database::Mode::ReadOnly);
+    // Per call: the cache's tokens after it (its own included), the K width its FA nodes read.
+    const std::string per_call =
+        "(SELECT t.id, sum(t.n_tokens) OVER (ORDER BY t.start_ns) AS used, "
+        " (SELECT min(s.ne1) FROM graphs g JOIN nodes n ON n.graph_seq = g.seq JOIN node_srcs s ON s.node_id = n.id "
+        "  WHERE g.api = 'cpu' AND g.start_ns BETWEEN t.start_ns AND t.end_ns AND n.op = 'FLASH_ATTN_EXT' AND s.slot = 1) AS n_kv "
+        " FROM tokens t)";
+    ASSERT_GT(db.scalar("SELECT count(*) FROM " + per_call + " WHERE n_kv IS NOT NULL"), 250);
+    EXPECT_GT(db.scalar("SELECT max(used) FROM " + per_call), 256);
+    EXPECT_EQ(db.scalar("SELECT count(*) FROM " + per_call + " WHERE n_kv < used"), 0);
+    EXPECT_GE(db.scalar("SELECT count(DISTINCT n_kv) FROM " + per_call), 2);
+}
+
 // MoE: the expert ids recorded at MUL_MAT_ID are the ones llama.cpp's router chose.
 TEST(RecordFull, ExpertIdsMatchLlamaCppsRouting) {
     PROFINFER_REQUIRE_BPF();

@@ -56,12 +56,17 @@ static __always_inline void emit_experts(__u64 pid_tgid, __u64 seq, const void *
  * sources: a 416-byte record and a dozen user reads) are sent when the tensor at its
  * position in the graph is new or changed, and user space repeats them for every graph
  * that runs it. Identity: the tensor's address and first bytes (type, shape, strides, op,
- * params, flags, sources, view) read in one go, kept per position (an array, no hashing). */
+ * params, flags, sources, view) read in one go, and the shapes of the sources whose shapes
+ * are recorded (a node's own bytes need not change when a source's shape does: flash
+ * attention's output keeps its shape while K and V grow with the KV cache's used cells),
+ * kept per position (an array, no hashing). */
 #define PI_NODE_ID_BYTES 248
 #define PI_NODE_POSITIONS 8192
 struct node_identity {
 	__u8 b[PI_NODE_ID_BYTES];
+	__s64 src_ne[PI_DETAIL_SRC][4];
 };
+#define PI_NODE_ID_WORDS (sizeof(struct node_identity) / 8)
 
 struct sent_node {
 	__u64 tensor;
@@ -82,30 +87,6 @@ struct {
 	__type(value, struct node_identity);
 } node_scratch SEC(".maps");
 
-/* True when the tensor at graph position POS differs from what was last sent for it;
- * the identity read is left in *OUT and the position's slot in *SLOT. */
-static __always_inline bool node_changed(const void *t, __u32 pos, struct node_identity **out, struct sent_node **slot)
-{
-	__u32 zero = 0;
-	struct node_identity *id = bpf_map_lookup_elem(&node_scratch, &zero);
-	if (!id)
-		return true;
-	*out = id;
-	if (bpf_probe_read_user(id->b, sizeof(id->b), t) != 0)
-		return true;
-	__u32 key = pos & (PI_NODE_POSITIONS - 1);
-	struct sent_node *sent = bpf_map_lookup_elem(&nodes_sent, &key);
-	if (!sent)
-		return true;
-	*slot = sent;
-	if (sent->tensor != (__u64)t)
-		return true;
-	for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-		if (((__u64 *)id->b)[i] != ((__u64 *)sent->id.b)[i])
-			return true;
-	return false;
-}
-
 static __always_inline __u32 identity_op(const struct node_identity *id)
 {
 	__u32 off = layout.tensor_op;
@@ -124,6 +105,35 @@ static __always_inline __u64 identity_src(const struct node_identity *id, __u32 
 	__u64 src = 0;
 	__builtin_memcpy(&src, id->b + off, sizeof(src));
 	return src;
+}
+
+/* True when the tensor at graph position POS differs from what was last sent for it;
+ * the identity read is left in *OUT and the position's slot in *SLOT. */
+static __always_inline bool node_changed(const void *t, __u32 pos, struct node_identity **out, struct sent_node **slot)
+{
+	__u32 zero = 0;
+	struct node_identity *id = bpf_map_lookup_elem(&node_scratch, &zero);
+	if (!id)
+		return true;
+	*out = id;
+	if (bpf_probe_read_user(id->b, sizeof(id->b), t) != 0)
+		return true;
+	for (int i = 0; i < PI_DETAIL_SRC; i++) {
+		const void *src = (const void *)identity_src(id, i);
+		if (!src || bpf_probe_read_user(id->src_ne[i], sizeof(id->src_ne[i]), src + layout.tensor_ne) != 0)
+			__builtin_memset(id->src_ne[i], 0, sizeof(id->src_ne[i]));
+	}
+	__u32 key = pos & (PI_NODE_POSITIONS - 1);
+	struct sent_node *sent = bpf_map_lookup_elem(&nodes_sent, &key);
+	if (!sent)
+		return true;
+	*slot = sent;
+	if (sent->tensor != (__u64)t)
+		return true;
+	for (int i = 0; i < PI_NODE_ID_WORDS; i++)
+		if (((__u64 *)id)[i] != ((__u64 *)&sent->id)[i])
+			return true;
+	return false;
 }
 
 static __always_inline bool emit_node(__u64 pid_tgid, __u64 seq, const void *t)
@@ -153,8 +163,8 @@ static __always_inline bool send_node(__u64 pid_tgid, __u64 seq, const void *t, 
 	if (!emit_node(pid_tgid, seq, t) || !id || !slot)
 		return false;
 	slot->tensor = (__u64)t;
-	for (int i = 0; i < PI_NODE_ID_BYTES / 8; i++)
-		((__u64 *)slot->id.b)[i] = ((__u64 *)id->b)[i];
+	for (int i = 0; i < PI_NODE_ID_WORDS; i++)
+		((__u64 *)&slot->id)[i] = ((__u64 *)id)[i];
 	return true;
 }
 
