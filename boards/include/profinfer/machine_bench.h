@@ -22,6 +22,11 @@ struct MachineRoof {
     double peak_for(const std::string& kind) const;
 };
 
+// The AVX2 int8 roof's rate over the same loop with adds alone, one thread: below 1 on any
+// CPU (each step's two multiplies run on fewer ports than an add), unless the compiler took
+// the multiplies out of the loop. NaN without AVX2 (or off x86-64).
+double int8_avx2_over_adds(bool quick);
+
 // Proactive reclaim the kernel runs (DAMON pageout schemes under ROOT), as one line; "" if none.
 std::string proactive_reclaim(const std::filesystem::path& root);
 
