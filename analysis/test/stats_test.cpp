@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -168,6 +169,21 @@ TEST(Stats, FormatsAndErrors) {
     auto bad = run({profinfer_bin(), "stat", "/no/such.db"});
     EXPECT_NE(bad.status, 0);
     EXPECT_NE(bad.err.find("no such trace database"), std::string::npos) << bad.err;
+}
+
+// PROFINFER_SQL_PROFILE=MS lists the statements an analysis ran for MS ms or more, with
+// their times; unset, nothing.
+TEST(Stats, SqlProfileNamesTheStatementsAndTheirTimes) {
+    auto quiet = run({profinfer_bin(), "stat", moe_recording(), "--by", "op-type"});
+    ASSERT_EQ(quiet.status, 0) << quiet.err;
+    EXPECT_EQ(quiet.err.find("profinfer[sql]"), std::string::npos) << quiet.err;
+    auto all = run({profinfer_bin(), "stat", moe_recording(), "--by", "op-type"}, {{"PROFINFER_SQL_PROFILE", "0"}});
+    ASSERT_EQ(all.status, 0) << all.err;
+    EXPECT_EQ(all.out, quiet.out);
+    const std::regex line(R"(profinfer\[sql\]: +[0-9]+\.[0-9] ms  SELECT .*FROM node_times)");
+    EXPECT_TRUE(std::regex_search(all.err, line)) << all.err;
+    auto none = run({profinfer_bin(), "stat", moe_recording(), "--by", "op-type"}, {{"PROFINFER_SQL_PROFILE", "1e9"}});
+    EXPECT_EQ(none.err.find("profinfer[sql]"), std::string::npos) << none.err;
 }
 
 // Paper Fig. 10's table: every weight MatMul of the dense golden recording, by shape, with

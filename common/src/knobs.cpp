@@ -20,6 +20,9 @@ const std::vector<KnobInfo>& knobs() {
          "old: every fallback for an older kernel's verifier taken on this one (tests); probe: the default"},
         {Knob::PerfFaults, "PROFINFER_PERF_FAULTS",
          "set: page faults counted by perf events, not read from the thread's task_struct"},
+        {Knob::SqlProfile, "PROFINFER_SQL_PROFILE",
+         "MS: every SQL statement on a trace that runs MS milliseconds or more, on stderr with its time (what an analysis "
+         "spends its time on)"},
     };
     return kKnobs;
 }

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "profinfer/error.h"
+#include "profinfer/knobs.h"
 #include "profinfer/number_text.h"
 #include "profinfer/trace_tables.h"
 
@@ -139,6 +140,34 @@ std::string Statement::column_text(int i) const {
 bool Statement::column_is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
 int Statement::column_count() const { return sqlite3_column_count(st_); }
 
+namespace {
+
+// PROFINFER_SQL_PROFILE=MS: each statement that ran MS ms or more, with its time, on stderr.
+void profile_statements(sqlite3* db) {
+    static const int64_t threshold_ns = [] {
+        const auto v = knob(Knob::SqlProfile);
+        return v ? int64_t(std::atof(v->c_str()) * 1e6) : -1;
+    }();
+    if (threshold_ns < 0) return;
+    sqlite3_trace_v2(
+        db, SQLITE_TRACE_PROFILE,
+        [](unsigned, void* ctx, void* p, void* x) -> int {
+            const int64_t ns = *static_cast<sqlite3_int64*>(x);
+            if (ns < *static_cast<const int64_t*>(ctx)) return 0;
+            char* sql = sqlite3_expanded_sql(static_cast<sqlite3_stmt*>(p));
+            std::string text = sql ? sql : "?";
+            sqlite3_free(sql);
+            for (char& c : text)
+                if (c == '\n') c = ' ';
+            if (text.size() > 300) text = text.substr(0, 300) + " ...";
+            std::fprintf(stderr, "profinfer[sql]: %9.1f ms  %s\n", double(ns) / 1e6, text.c_str());
+            return 0;
+        },
+        const_cast<int64_t*>(&threshold_ns));
+}
+
+}  // namespace
+
 Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
     if (mode != Mode::Create && !std::filesystem::exists(path)) throw Error("no such trace database: " + path.string());
     // A connection is used by one thread at a time: no per-call mutex (measured in the
@@ -155,6 +184,7 @@ Database::Database(const std::filesystem::path& path, Mode mode) : path_(path) {
             throw Error("cannot open trace database " + path.string() + ": " + msg);
         }
         sqlite3_busy_timeout(db_, 2000);
+        profile_statements(db_);
         try {
             initialise(mode);
         } catch (...) {

@@ -19,6 +19,7 @@ enum class Knob {
     SchedSwitch,     // PROFINFER_SCHED_SWITCH
     KernelFeatures,  // PROFINFER_KERNEL_FEATURES
     PerfFaults,      // PROFINFER_PERF_FAULTS
+    SqlProfile,      // PROFINFER_SQL_PROFILE
 };
 
 struct KnobInfo {
