@@ -70,6 +70,7 @@ std::string inline_svg(const std::string& dot) {
 std::string run_section(const fs::path& path, const MachineBench* machine, const fs::path& work) {
     std::ostringstream o;
     store::Database db(path, store::Database::Mode::ReadOnly);
+    db.keep_node_times();  // the sections below scan it whole five times
     auto summary = RunSummary::load(db);
     o << "<section><h2>" << html_escape(path.filename().string()) << "</h2>\n";
     {

@@ -300,6 +300,7 @@ void wait_by_kind(store::Database& db, nlohmann::json& m) {
 
 nlohmann::json trace_metrics(store::Database& db) {
     nlohmann::json m = nlohmann::json::object();
+    db.keep_node_times();  // a dozen metrics scan it whole
     for (auto* metric : {decode_speed, prefill_speed, operator_shares, wait_share, preemptions, hog_speeds, growth_within_run,
                          gpu_share, weight_stream_and_blocks, kq_over_weight, moe, wait_by_kind, predicted_slowdown})
         metric(db, m);  // in this order: preemptions reads decode_calls

@@ -3,6 +3,7 @@
 // still matches what the writer writes today, and every analysis command reads it to the
 // numbers the generator put in (8 decode calls of one 64-node CPU graph on 2 threads, one
 // preemption by a hog).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -145,4 +146,29 @@ TEST(GoldenTrace, EveryAnalysisCommandReadsWhatTheGeneratorWrote) {
         EXPECT_EQ(r.out.find("slower"), std::string::npos) << r.out;
         EXPECT_EQ(r.out.find("faster"), std::string::npos) << r.out;
     }
+}
+
+// keep_node_times computes the view once into a table: the same rows as the view, and calls
+// dropped after it leave the table as they leave the view.
+TEST(GoldenTrace, KeptNodeTimesAreTheViewsRows) {
+    auto rows = [](store::Database& db) {
+        std::string out;
+        store::Statement st(db.handle(), "SELECT * FROM node_times ORDER BY graph_seq, tensor");
+        while (st.step()) {
+            for (int c = 0; c < st.column_count(); ++c) out += (st.column_is_null(c) ? "NULL" : st.column_text(c)) + "|";
+            out += "\n";
+        }
+        return out;
+    };
+    store::Database view(golden(), store::Database::Mode::ReadOnly), kept(golden(), store::Database::Mode::ReadOnly);
+    kept.keep_node_times();
+    const std::string all = rows(view);
+    EXPECT_GT(std::count(all.begin(), all.end(), '\n'), kSteps * kNodes / 2);
+    EXPECT_EQ(rows(kept), all);
+    EXPECT_EQ(kept.scalar("SELECT count(*) FROM temp.node_times_kept"), view.scalar("SELECT count(*) FROM node_times"));
+    view.drop_first_calls(2);
+    kept.drop_first_calls(2);
+    const std::string later = rows(view);
+    EXPECT_LT(later.size(), all.size());
+    EXPECT_EQ(rows(kept), later);
 }

@@ -71,11 +71,13 @@ FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq AND cg.ops_traced
 -- its arrival at the node's barrier (compute_end_ns) to the last thread's arrival. The rest of
 -- its wait is the barrier's exit and the barrier probes' own traps (a thread alone, with
 -- nobody to wait for, still reads them: paper Fig. 6's 1-thread control). 0 without barriers.
+-- (The last arrival per node grouped from ops and joined, not a window over thread_parts: on
+-- a 1024-token full-level trace of the 1B, 1.13 M parts, 2.3 s instead of 7.1.)
 CREATE TEMP VIEW thread_waits AS
-SELECT p.*, CASE WHEN p.barriers > 0
-                 THEN max(p.compute_end_ns) OVER (PARTITION BY p.graph_seq, p.tensor) - p.compute_end_ns
-                 ELSE 0 END AS others_wait_ns
-FROM thread_parts p;
+SELECT p.*, CASE WHEN p.barriers > 0 THEN l.last_compute_end_ns - p.compute_end_ns ELSE 0 END AS others_wait_ns
+FROM thread_parts p
+     JOIN (SELECT graph_seq, tensor, max(compute_end_ns) AS last_compute_end_ns FROM ops GROUP BY graph_seq, tensor) l
+       ON l.graph_seq = p.graph_seq AND l.tensor = p.tensor;
 
 -- One row per node a kernel computed (a fused kernel counts once, under its first node).
 -- The node's time runs from the first thread starting it to the last thread reaching the

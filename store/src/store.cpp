@@ -293,6 +293,17 @@ void Database::drop_first_calls(int64_t n) {
          "call) AS k, count(*) OVER (PARTITION BY phase) AS n FROM temp.calls) WHERE k <= " + k + " AND k < n; "
          "DELETE FROM temp.call_graphs WHERE call IN (SELECT call FROM temp.dropped_calls); "
          "DELETE FROM temp.calls WHERE call IN (SELECT call FROM temp.dropped_calls)");
+    if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE call IN (SELECT call FROM temp.dropped_calls)");
+}
+
+void Database::keep_node_times() {
+    if (node_times_kept_) return;
+    exec("CREATE TEMP TABLE node_times_kept AS SELECT * FROM node_times; "
+         "CREATE INDEX temp.node_times_kept_call ON node_times_kept(call); "
+         "CREATE INDEX temp.node_times_kept_node ON node_times_kept(graph_seq, tensor); "
+         "DROP VIEW temp.node_times; "
+         "CREATE TEMP VIEW node_times AS SELECT * FROM temp.node_times_kept");
+    node_times_kept_ = true;
 }
 
 Database::~Database() {

@@ -99,6 +99,13 @@ public:
     // not changed.
     void drop_first_calls(int64_t n);
 
+    // node_times computed once into a TEMP table of this connection (indexed by call and by
+    // graph and tensor), the view then reading it: for a reader that scans the whole view
+    // several times (a report, a study's metrics of a trace), each scan otherwise computes
+    // its windows again. Calls dropped later leave it too. A reader of a few graphs does
+    // better without it (the view's window is pushed into their graph_seq).
+    void keep_node_times();
+
     // A trace made here (Create), written to its end: made one self-contained file — out of
     // the write-ahead log (retried while readers hold the file, up to PATIENCE), its indexes
     // built. Returns "" when the file alone holds every row, or one line saying what is still
@@ -111,6 +118,7 @@ private:
     sqlite3* db_ = nullptr;
     bool writer_ = false;  // made by us (Create): left in rollback-journal mode when closed
     bool finished_ = false;
+    bool node_times_kept_ = false;
 };
 
 // Run status written to meta.status: recording is in progress; it ended normally;
