@@ -110,14 +110,23 @@ std::string basename_of(const std::string& cmd) {
     return slash == std::string::npos ? first : first.substr(slash + 1);
 }
 
+// The span of a timeline's window: a condition on a time column ("" for the whole recording).
+struct TimeRange {
+    std::optional<std::pair<int64_t, int64_t>> span;
+    std::string on(const std::string& column) const {
+        return span ? " AND " + column + " BETWEEN " + std::to_string(span->first) + " AND " + std::to_string(span->second)
+                    : "";
+    }
+};
+
 // The scheduler states of the target's threads as slices: each switch in or out starts a
 // state that lasts until that thread's next switch.
-std::string sched_states_sql(int64_t pid) {
-    const std::string p = std::to_string(pid);
+std::string sched_states_sql(int64_t pid, const TimeRange& range) {
+    const std::string p = std::to_string(pid), in_range = range.on("ts_ns");
     return "WITH e AS (SELECT ts_ns AS ts, prev_tid AS tid, cpu, CASE WHEN prev_state = 0 THEN 'runnable (preempted by ' || "
-           "next_comm || ')' ELSE 'sleeping' END AS state FROM sched_switch WHERE prev_tgid = " + p +
+           "next_comm || ')' ELSE 'sleeping' END AS state FROM sched_switch WHERE prev_tgid = " + p + in_range +
            " UNION ALL SELECT ts_ns, next_tid, cpu, 'running on CPU ' || cpu FROM sched_switch WHERE next_tgid = " + p +
-           "), s AS (SELECT tid, ts, lead(ts) OVER (PARTITION BY tid ORDER BY ts) AS end_ts, state, cpu FROM e) "
+           in_range + "), s AS (SELECT tid, ts, lead(ts) OVER (PARTITION BY tid ORDER BY ts) AS end_ts, state, cpu FROM e) "
            "SELECT tid, ts, end_ts, state, cpu FROM s WHERE end_ts > ts ORDER BY ts, end_ts - ts DESC";
 }
 
@@ -212,8 +221,9 @@ void add_compute_sources(store::Database& db, Writer& w, int64_t pid, Sources& s
 }
 
 // Waits, a GPU backend's host side, requests and the scheduler's states and wake-ups.
+// RANGE: the window's span, for the events outside calls.
 void add_other_sources(store::Database& db, Writer& w, int64_t pid, const std::map<int64_t, std::string>& comm,
-                       Sources& sources) {
+                       const TimeRange& range, Sources& sources) {
     auto add = [&](const std::string& sql, Source::Make make) {
         sources.push_back(std::make_unique<Source>(db, sql, std::move(make)));
     };
@@ -225,8 +235,8 @@ void add_other_sources(store::Database& db, Writer& w, int64_t pid, const std::m
     // A GPU-API backend's host side (gpu_events): each node's dispatch (named by its op and
     // tensor), the submits, fence waits and synchronizes, on the thread that did them.
     add("SELECT e.tid, e.start_ns, e.end_ns, e.kind, coalesce(n.op, ''), coalesce(n.name, ''), e.graph_seq "
-        "FROM gpu_events e LEFT JOIN nodes n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor "
-        "ORDER BY e.start_ns, e.end_ns - e.start_ns DESC",
+        "FROM gpu_events e LEFT JOIN nodes n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor WHERE 1" + range.on("e.start_ns") +
+            " ORDER BY e.start_ns, e.end_ns - e.start_ns DESC",
         [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             const std::string kind = s.column_text(3);
             const std::string name = kind == "dispatch" ? "dispatch " + s.column_text(4) : kind;
@@ -248,11 +258,11 @@ void add_other_sources(store::Database& db, Writer& w, int64_t pid, const std::m
             return w.slice(pid, kSequenceTrackOffset + s.column_int(0), name, "request", s.column_int(1), s.column_int(2),
                            {{"request", s.column_int(3)}, {"prompt_tokens", s.column_int(4)}, {"generated", s.column_int(5)}});
         });
-    add(sched_states_sql(pid), [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
+    add(sched_states_sql(pid, range), [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
         return w.slice(pid, s.column_int(0) + kStateTrackOffset, s.column_text(3), "sched", s.column_int(1), s.column_int(2),
                        {{"cpu", s.column_int(4)}});
     });
-    add("SELECT ts_ns, tid, waker_tid, waker_comm, target_cpu FROM sched_wakeup ORDER BY ts_ns",
+    add("SELECT ts_ns, tid, waker_tid, waker_comm, target_cpu FROM sched_wakeup WHERE 1" + range.on("ts_ns") + " ORDER BY ts_ns",
         [&w, pid, &comm](const store::Statement& s) -> std::optional<Pending> {
             if (!comm.count(s.column_int(1))) return std::nullopt;  // a thread with no scheduler track
             return w.instant(pid, s.column_int(1) + kStateTrackOffset, "wakeup", s.column_int(0),
@@ -264,20 +274,43 @@ void add_other_sources(store::Database& db, Writer& w, int64_t pid, const std::m
 
 }  // namespace
 
-int64_t write_timeline(store::Database& db, std::ostream& out) {
+std::optional<CallWindow> default_call_window(store::Database& db, int64_t max_parts) {
+    std::optional<CallWindow> w;
+    int64_t parts = 0;
+    store::Statement st(db.handle(),
+                        "SELECT c.call, (SELECT count(*) FROM call_graphs g JOIN ops o ON o.graph_seq = g.graph_seq "
+                        "WHERE g.call = c.call AND g.ops_traced) FROM calls c ORDER BY c.call");
+    while (st.step()) {
+        parts += st.column_int(1);
+        if (w && parts > max_parts) break;
+        if (!w) w = CallWindow{st.column_int(0), st.column_int(0)};
+        w->last = st.column_int(0);
+    }
+    return w;
+}
+
+int64_t write_timeline(store::Database& db, std::ostream& out, const std::optional<CallWindow>& window) {
     auto meta = db.meta();
     const int64_t pid = meta.has(store::MetaKey::Pid) ? meta.integer(store::MetaKey::Pid) : 0;
     const std::string p = std::to_string(pid);
+    TimeRange range;
+    if (window) {
+        // The window's calls only; the scheduler's and a GPU backend's events from the first
+        // call's start to the last one's end.
+        db.keep_calls_between(window->first, window->last);
+        range.span = std::make_pair(db.scalar("SELECT coalesce(min(start_ns), 0) FROM calls"),
+                                    db.scalar("SELECT coalesce(max(end_ns), 0) FROM calls"));
+    }
     const int64_t t0 = db.scalar(
         "SELECT min(t) FROM (SELECT min(start_ns) AS t FROM calls UNION ALL SELECT min(start_ns) FROM call_graphs "
-        "UNION ALL SELECT min(ts_ns) FROM sched_switch)");
+        "UNION ALL SELECT min(ts_ns) FROM sched_switch WHERE 1" + range.on("ts_ns") + ")");
     Writer w(out, t0);
     w.metadata(pid, 0, "process_name", {{"name", basename_of(meta[store::MetaKey::Command]) + " (pid " + p + ")"}});
     std::map<int64_t, std::string> comm = thread_comms(db, p);
     name_tracks(db, w, pid, comm);
     Sources sources;
     add_compute_sources(db, w, pid, sources);
-    add_other_sources(db, w, pid, comm, sources);
+    add_other_sources(db, w, pid, comm, range, sources);
     // Merge: earliest first; at equal times the longer slice first, so that viewers nest.
     for (;;) {
         Source* best = nullptr;

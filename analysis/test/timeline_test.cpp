@@ -3,8 +3,11 @@
 
 #include <fstream>
 #include <map>
+#include <set>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "profinfer/timeline.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -84,4 +87,76 @@ TEST(Timeline, GzipOutputIsTheSameTrace) {
     auto unzip = run({"gzip", "-dc", d / "trace.json.gz"});
     ASSERT_EQ(unzip.status, 0) << unzip.err;
     EXPECT_EQ(unzip.out, read_file(d / "trace.json"));
+}
+
+// --calls FIRST-LAST: only those calls, and the scheduler's events between the first one's
+// start and the last one's end; a small recording keeps every call by default and says
+// nothing; a window past the recording's calls, or not a window, is refused.
+TEST(Timeline, ACallWindowHoldsItsCallsAndTheirSpanOnly) {
+    TempDir d;
+    const auto golden = golden_trace("llama3.2-1b-full");
+    auto events_of = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> argv = {profinfer_bin(), "timeline", golden, "-o", d / "t.json"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        auto r = run(argv);
+        EXPECT_EQ(r.status, 0) << r.err;
+        EXPECT_EQ(r.err.find("the timeline holds calls"), std::string::npos) << r.err;
+        return nlohmann::json::parse(std::ifstream(d / "t.json")).at("traceEvents");
+    };
+    auto calls_in = [](const nlohmann::json& ev) {
+        std::set<int64_t> calls;
+        double first = 1e300, last = -1e300, lo = 1e300, hi = -1e300;
+        int sched = 0;
+        for (const auto& e : ev) {
+            if (e.value("cat", "") == "token") {
+                calls.insert(e.at("args").at("call").get<int64_t>());
+                first = std::min(first, e.at("ts").get<double>());
+                last = std::max(last, e.at("ts").get<double>() + e.at("dur").get<double>());
+            }
+            if (e.value("cat", "") == "sched") {
+                ++sched;
+                lo = std::min(lo, e.at("ts").get<double>());
+                hi = std::max(hi, e.at("ts").get<double>());
+            }
+        }
+        return std::tuple{calls, first, last, lo, hi, sched};
+    };
+    const auto [all, a_first, a_last, a_lo, a_hi, a_sched] = calls_in(events_of({}));
+    ASSERT_EQ(all.size(), 8u);  // the golden's calls, every one by default
+    const auto [some, first, last, lo, hi, sched] = calls_in(events_of({"--calls", "2-4"}));
+    EXPECT_EQ(some, (std::set<int64_t>{2, 3, 4}));
+    ASSERT_GT(sched, 0);
+    EXPECT_LT(sched, a_sched);
+    EXPECT_GE(lo, first - 1e-3);  // µs
+    EXPECT_LE(hi, last + 1e-3);
+    EXPECT_EQ(std::get<0>(calls_in(events_of({"--calls", "5"}))), std::set<int64_t>{5});
+    EXPECT_EQ(std::get<0>(calls_in(events_of({"--calls", "all"}))), all);
+    expect_one_line_failure(run({profinfer_bin(), "timeline", golden, "-o", d / "x.json", "--calls", "8-9"}),
+                            "the recording has calls 0-7");
+    expect_one_line_failure(run({profinfer_bin(), "timeline", golden, "-o", d / "x.json", "--calls", "4-2"}),
+                            "comes before the first");
+    expect_one_line_failure(run({profinfer_bin(), "timeline", golden, "-o", d / "x.json", "--calls", "two"}),
+                            "--calls takes FIRST-LAST, N or all");
+    EXPECT_FALSE(fs::exists(d / "x.json"));
+}
+
+// The default window of a recording too long for a viewer: the first calls whose operator
+// parts fit the limit (at least one call), counted as the calls' ops rows.
+TEST(Timeline, TheDefaultWindowIsTheFirstCallsThatFit) {
+    store::Database db(golden_trace("llama3.2-1b-full"), store::Database::Mode::ReadOnly);
+    const int64_t parts = db.scalar("SELECT count(*) FROM thread_parts");
+    ASSERT_GT(parts, 0);
+    auto every = default_call_window(db, parts);
+    ASSERT_TRUE(every);
+    EXPECT_EQ(every->first, 0);
+    EXPECT_EQ(every->last, db.scalar("SELECT max(call) FROM calls"));
+    auto half = default_call_window(db, parts / 2);
+    ASSERT_TRUE(half);
+    EXPECT_EQ(half->first, 0);
+    EXPECT_LT(half->last, every->last);
+    EXPECT_LE(db.scalar("SELECT count(*) FROM thread_parts WHERE call <= " + std::to_string(half->last)), parts / 2);
+    EXPECT_GT(db.scalar("SELECT count(*) FROM thread_parts WHERE call <= " + std::to_string(half->last + 1)), parts / 2);
+    auto one = default_call_window(db, 1);
+    ASSERT_TRUE(one);
+    EXPECT_EQ(one->last, 0);
 }

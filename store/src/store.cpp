@@ -296,6 +296,12 @@ void Database::drop_first_calls(int64_t n) {
     if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE call IN (SELECT call FROM temp.dropped_calls)");
 }
 
+void Database::keep_calls_between(int64_t first, int64_t last) {
+    const std::string range = " NOT BETWEEN " + std::to_string(first) + " AND " + std::to_string(last);
+    exec("DELETE FROM temp.call_graphs WHERE call" + range + "; DELETE FROM temp.calls WHERE call" + range);
+    if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE call" + range);
+}
+
 void Database::keep_node_times() {
     if (node_times_kept_) return;
     exec("CREATE TEMP TABLE node_times_kept AS SELECT * FROM node_times; "

@@ -99,6 +99,10 @@ public:
     // not changed.
     void drop_first_calls(int64_t n);
 
+    // Only calls FIRST to LAST (their numbers in calls) stay, for this connection: the rest
+    // leave calls, call_graphs and every view joining them (a timeline's window).
+    void keep_calls_between(int64_t first, int64_t last);
+
     // node_times computed once into a TEMP table of this connection (indexed by call and by
     // graph and tensor), the view then reading it: for a reader that scans the whole view
     // several times (a report, a study's metrics of a trace), each scan otherwise computes
