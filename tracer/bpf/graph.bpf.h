@@ -228,11 +228,13 @@ static long flush_thread(struct bpf_map *map, __u32 *key, struct thread_state *s
 	return 0;
 }
 
-/* The threads of the CPU graph under way by their index in it (ggml's ith), for kernels
- * without bpf_for_each_map_elem (before 5.13): node_start writes its thread's tid once per
- * graph, and the graph's exit visits its nth threads here instead of walking thread_states.
- * Threads past PI_GRAPH_THREADS keep their last node open until their next one (a board has
- * 8 cores; GGML_MAX_N_THREADS is 512). */
+/* The threads of the CPU graph under way by their index in it (ggml's ith): node_start
+ * writes its thread's tid once per graph, and the graph's exit visits its nth threads here
+ * instead of walking every bucket of thread_states with bpf_for_each_map_elem (11.1 us a
+ * graph on a Zen 4 against ~1 us: experiments/handler_cost.sh op). Kernels without
+ * bpf_for_each_map_elem (before 5.13) have only this; with it, a graph of more than
+ * PI_GRAPH_THREADS threads is walked whole, else its threads past PI_GRAPH_THREADS keep
+ * their last node open until their next one (a board has 8 cores; GGML_MAX_N_THREADS is 512). */
 #define PI_GRAPH_THREADS 64
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -243,18 +245,21 @@ struct {
 
 static __always_inline void note_graph_thread(__s32 ith, __u32 tid)
 {
-	if (has_for_each || ith < 0 || ith >= PI_GRAPH_THREADS)
+	if (ith < 0 || ith >= PI_GRAPH_THREADS)
 		return;
 	__u32 key = ith;
 	bpf_map_update_elem(&graph_threads, &key, &tid, BPF_ANY);
 }
 
-static __always_inline void flush_graph_threads(struct flush_ctx *fc, __u64 seq)
+/* True when the graph's threads were all found here: the calling thread's record names the
+ * graph and its nth fits graph_threads. */
+static __always_inline bool flush_graph_threads(struct flush_ctx *fc, __u64 seq)
 {
 	struct thread_state *self = bpf_map_lookup_elem(&thread_states, &fc->tid);
 	if (!self || self->graph_seq != seq)
-		return;
+		return false;
 	__s32 nth = self->nth;
+	bool all = nth >= 1 && nth <= PI_GRAPH_THREADS;
 	for (__s32 i = 0; i < PI_GRAPH_THREADS; i++) {
 		if (i >= nth)
 			break;
@@ -268,11 +273,12 @@ static __always_inline void flush_graph_threads(struct flush_ctx *fc, __u64 seq)
 		if (st && st->graph_seq == seq)
 			flush_thread(0, tid, st, fc);
 	}
+	return all;
 }
 
-/* API: 1 the backend's graph_compute_async, 2 the CPU's ggml_graph_compute. LOOP: the
- * graph's threads are found through graph_threads (cpu_graph_exit_loop, kernels before
- * 5.13), else by bpf_for_each_map_elem over thread_states. */
+/* API: 1 the backend's graph_compute_async, 2 the CPU's ggml_graph_compute. The graph's
+ * threads are found through graph_threads; where they are not all there, LOOP false
+ * (cpu_graph_exit, kernels from 5.13) walks thread_states with bpf_for_each_map_elem. */
 static __always_inline void graph_exit(__u32 api, bool loop)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -291,9 +297,7 @@ static __always_inline void graph_exit(__u32 api, bool loop)
 	if (api == 2 && trace_ops) {
 		/* Every thread's last node ends when the graph returns. */
 		struct flush_ctx fc = { .now = now, .tgid = pid_tgid >> 32, .tid = (__u32)pid_tgid };
-		if (loop)
-			flush_graph_threads(&fc, g->seq);
-		else
+		if (!flush_graph_threads(&fc, g->seq) && !loop)
 			bpf_for_each_map_elem(&thread_states, flush_thread, &fc, 0);
 		/* Every node of the graph described (the operator probes on throughout, no
 		 * record lost): its uid is known from now on. */
