@@ -290,16 +290,17 @@ void Database::drop_first_calls(int64_t n) {
     const std::string k = std::to_string(n);
     exec("CREATE TEMP TABLE IF NOT EXISTS dropped_calls (call INTEGER PRIMARY KEY); DELETE FROM temp.dropped_calls; "
          "INSERT INTO temp.dropped_calls SELECT call FROM (SELECT call, row_number() OVER (PARTITION BY phase ORDER BY "
-         "call) AS k, count(*) OVER (PARTITION BY phase) AS n FROM temp.calls) WHERE k <= " + k + " AND k < n; "
-         "DELETE FROM temp.call_graphs WHERE call IN (SELECT call FROM temp.dropped_calls); "
-         "DELETE FROM temp.calls WHERE call IN (SELECT call FROM temp.dropped_calls)");
-    if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE call IN (SELECT call FROM temp.dropped_calls)");
+         "call) AS k, count(*) OVER (PARTITION BY phase) AS n FROM temp.calls) WHERE k <= " + k + " AND k < n");
+    drop_calls("call IN (SELECT call FROM temp.dropped_calls)");
 }
 
 void Database::keep_calls_between(int64_t first, int64_t last) {
-    const std::string range = " NOT BETWEEN " + std::to_string(first) + " AND " + std::to_string(last);
-    exec("DELETE FROM temp.call_graphs WHERE call" + range + "; DELETE FROM temp.calls WHERE call" + range);
-    if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE call" + range);
+    drop_calls("call NOT BETWEEN " + std::to_string(first) + " AND " + std::to_string(last));
+}
+
+void Database::drop_calls(const std::string& which) {
+    exec("DELETE FROM temp.call_graphs WHERE " + which + "; DELETE FROM temp.calls WHERE " + which);
+    if (node_times_kept_) exec("DELETE FROM temp.node_times_kept WHERE " + which);
 }
 
 void Database::keep_node_times() {

@@ -63,12 +63,11 @@ const volatile __u32 alternate_calls = 0;
 __u64 decode_calls = 0;
 /* What the kernel's verifier accepts, probed by user space before load (kernel_features.h):
  * an atomic add whose old value is used (5.12), bpf_get_current_task_btf (5.11),
- * bpf_for_each_map_elem (5.13: without it the loader loads cpu_graph_exit_loop, and node
- * probes note their thread in graph_threads). A branch a constant here rules out is dropped
- * by the verifier unseen, so the object loads on the vendor-era 5.10 kernels of the boards. */
+ * bpf_for_each_map_elem (5.13: without it the loader loads cpu_graph_exit_loop instead of
+ * cpu_graph_exit). A branch a constant here rules out is dropped by the verifier unseen, so
+ * the object loads on the vendor-era 5.10 kernels of the boards. */
 const volatile bool has_atomic_fetch = true;
 const volatile bool has_task_btf = true;
-const volatile bool has_for_each = true;
 
 /* *V += 1, returning the value before. Without atomic fetch: the add is atomic, the read
  * after it is not — two callers on two CPUs in the same instant may both get the later

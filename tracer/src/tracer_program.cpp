@@ -170,7 +170,6 @@ void TracerProgram::load(ProbeAttacher& probes) {
     const KernelFeatures kernel = KernelFeatures::probe();
     skel_->rodata->has_atomic_fetch = kernel.atomic_fetch;
     skel_->rodata->has_task_btf = kernel.task_btf;
-    skel_->rodata->has_for_each = kernel.for_each;
     if (!kernel.atomic_fetch) drop_atomic_fetch(skel_->obj);
     bpf_program__set_autoload(skel_->progs.cpu_graph_exit, kernel.for_each);
     bpf_program__set_autoload(skel_->progs.cpu_graph_exit_loop, !kernel.for_each);

@@ -123,6 +123,8 @@ private:
     bool writer_ = false;  // made by us (Create): left in rollback-journal mode when closed
     bool finished_ = false;
     bool node_times_kept_ = false;
+    // The calls WHICH (a condition on call) leave calls, call_graphs and node_times_kept.
+    void drop_calls(const std::string& which);
 };
 
 // Run status written to meta.status: recording is in progress; it ended normally;
