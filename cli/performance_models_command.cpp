@@ -94,37 +94,55 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
             std::string outside;  // what of the card lies outside what the fit saw
             if (const nlohmann::json* e = m.decode_roofs_entry(*backend, *type)) {
                 // The roofs of the machine asked for, or of the one the fit ran on.
-                double triad = 0, peak = 0;
+                perf::Models::DecodeRoofs roofs;
                 std::string cpu;
                 const std::string kind = e->value("compute_kind", "int8");
+                const auto names = perf::Models::decode_term_names(*e);
+                const bool kernel = std::find(names.begin(), names.end(), "kernel_stream") != names.end();
                 if (!machine_file->empty()) {
                     const MachineBench mb = MachineBench::load(*machine_file);
                     const MachineRoof& r = mb.at(*threads);
                     if (r.threads != *threads)
                         throw Error(*machine_file + " has no roofs at " + std::to_string(*threads) +
                                     " threads (profinfer bench-machine --threads " + std::to_string(*threads) + ")");
-                    triad = r.triad_gbs, peak = r.peak_for(kind), cpu = mb.cpu;
+                    roofs.triad_gbs = r.triad_gbs, roofs.peak_gops = r.peak_for(kind), cpu = mb.cpu;
+                    if (auto k = r.kernels.find(*type); k != r.kernels.end())
+                        roofs = {roofs.triad_gbs,         roofs.peak_gops,          k->second.stream_gbs,      k->second.stream_gbs_lo,
+                                 k->second.stream_gbs_hi, k->second.stream_mid_gbs, k->second.stream_small_gbs};
+                    if (kernel && !(roofs.kernel_stream_gbs > 0))
+                        throw Error(*machine_file + " has no roof of llama.cpp's " + *type + " kernel at " + std::to_string(*threads) +
+                                    " threads, which this model is in (" + (mb.kernels.empty() ? "a bench-machine older than the kernel roofs" : mb.kernels) +
+                                    "): run profinfer bench-machine again on that machine");
                 } else {
                     for (const auto& r : e->at("fitted_on").at("roofs"))
-                        if (r.value("threads", 0) == *threads) triad = r.value("triad_gbs", 0.0), peak = r.value("peak_gops", 0.0);
-                    if (!(triad > 0))
+                        if (r.value("threads", 0) == *threads)
+                            roofs = {r.value("triad_gbs", 0.0),          r.value("peak_gops", 0.0),
+                                     r.value("kernel_stream_gbs", 0.0),  r.value("kernel_stream_gbs_lo", 0.0),
+                                     r.value("kernel_stream_gbs_hi", 0.0), r.value("kernel_stream_mid_gbs", 0.0),
+                                     r.value("kernel_stream_small_gbs", 0.0)};
+                    if (!(roofs.triad_gbs > 0))
                         throw Error(*models + " was fitted without " + std::to_string(*threads) +
                                     " threads: give the machine's roofs at that count (--machine machine.json)");
                     cpu = e->at("fitted_on").value("cpu", "");
                 }
-                const auto est = m.decode_ms_on(shapes, int(c.layers), *backend, *type, triad, peak);
-                if (!est) throw Error("no prediction: the machine's roofs (triad " + format_double(triad) + " GB/s, peak " +
-                                      format_double(peak) + " Gops/s) are not usable");
+                const auto est = m.decode_ms_on(shapes, int(c.layers), *backend, *type, roofs);
+                if (!est) throw Error("no prediction: the machine's roofs (triad " + format_double(roofs.triad_gbs) + " GB/s, peak " +
+                                      format_double(roofs.peak_gops) + " Gops/s, " + *type + " kernel " + format_double(roofs.kernel_stream_gbs) +
+                                      " GB/s) are not usable");
                 ms = est->ms, lo_ms = est->lo_ms, hi_ms = est->hi_ms;
-                // The weight MB a token streams: the stream term at a triad of 1e-6 GB/s is in bytes.
-                const double mb = perf::Models::decode_terms(shapes, int(c.layers), e->at("weight_bytes_per_elem").get<double>(), 1e-6, 1)[0] / 1e6;
+                const double mb = perf::Models::decode_weight_bytes(shapes, e->at("weight_bytes_per_elem").get<double>()) / 1e6;
                 const auto& range = e->at("range").at("weight_mb");
                 if (mb < range.at(0).get<double>() || mb > range.at(1).get<double>())
                     outside = "the card streams " + format_double(mb) + " MB of weights a token, outside the fitted " +
                               format_double(range.at(0).get<double>()) + "-" + format_double(range.at(1).get<double>()) + " MB";
                 j["model"] = "roofs";
-                j["machine"] = {{"cpu", cpu}, {"triad_gbs", triad}, {"peak_gops", peak}, {"compute_kind", kind},
+                j["machine"] = {{"cpu", cpu}, {"triad_gbs", roofs.triad_gbs}, {"peak_gops", roofs.peak_gops}, {"compute_kind", kind},
                                 {"from", machine_file->empty() ? "the fitting machine" : *machine_file}};
+                if (kernel)
+                    j["machine"].update({{"kernel_stream_gbs", roofs.kernel_stream_gbs}, {"kernel_stream_gbs_lo", roofs.kernel_stream_gbs_lo},
+                                         {"kernel_stream_gbs_hi", roofs.kernel_stream_gbs_hi},
+                                         {"kernel_stream_mid_gbs", roofs.kernel_stream_mid_gbs},
+                                         {"kernel_stream_small_gbs", roofs.kernel_stream_small_gbs}});
             } else {
                 if (!machine_file->empty())
                     throw Error(*models + " has no decode model in the machine's terms for backend " + *backend + ", type " + *type +
@@ -164,7 +182,11 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                 std::cout << j.dump(1) << "\n";
                 return 0;
             }
-            if (j["model"] == "roofs")
+            if (j["model"] == "roofs" && j["machine"].contains("kernel_stream_gbs"))
+                std::printf("decode: %.2f tokens/s [%.2f, %.2f] (95 %% interval; roofs of %s: llama.cpp's %s decode MatMul streams %.1f GB/s, %d threads)\n",
+                            1000 / ms, 1000 / hi_ms, 1000 / lo_ms, j["machine"]["cpu"].get<std::string>().c_str(), type->c_str(),
+                            j["machine"]["kernel_stream_gbs"].get<double>(), *threads);
+            else if (j["model"] == "roofs")
                 std::printf("decode: %.2f tokens/s [%.2f, %.2f] (95 %% interval; roofs of %s: triad %.1f GB/s, %s peak %.0f Gops/s, %d threads)\n",
                             1000 / ms, 1000 / hi_ms, 1000 / lo_ms, j["machine"]["cpu"].get<std::string>().c_str(),
                             j["machine"]["triad_gbs"].get<double>(), j["machine"]["compute_kind"].get<std::string>().c_str(),

@@ -120,7 +120,11 @@ with open(f"{out}/travel.csv", "w") as f:
     f.write("card,threads,predicted_tps,lo_tps,hi_tps,measured_tps,rounds,err_pct,inside\n")
     for r in rows:
         f.write(",".join(str(x) for x in r) + "\n")
-roofs = "; ".join(f"{r['threads']} thread(s): triad {r['triad_gbs']:.1f} GB/s, int8 peak {r['peak_gops'].get('int8', 0):.0f} Gops/s" for r in machine["roofs"])
+def roof_text(r):
+    k = r.get("kernels", {}).get("q4_0")
+    return (f"{r['threads']} thread(s): triad {r['triad_gbs']:.1f} GB/s, int8 peak {r['peak_gops'].get('int8', 0):.0f} Gops/s"
+            + (f", llama.cpp's q4_0 decode MatMul {k['stream_gbs']:.1f} GB/s streamed" if k else ""))
+roofs = "; ".join(roof_text(r) for r in machine["roofs"])
 within = sum(abs(r[7]) <= 15 for r in rows)
 inside = sum(r[8] for r in rows)
 with open(f"{out}/travel.md", "w") as f:

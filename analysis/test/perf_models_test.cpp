@@ -187,7 +187,8 @@ void write_machine(const fs::path& file, const std::string& cpu, double triad1, 
 // The law the decode-speed points follow: ms per token = 0.6 · bytes / triad + 9 · ops / peak
 // + 0.05 ms per layer + 1 ms, on a machine with these roofs at THREADS.
 double law_ms(const ModelCard& card, double triad, double int8) {
-    const auto t = perf::Models::decode_terms(card_matmuls(card), int(card.layers), 18.0 / 32, triad, int8);
+    const auto t = *perf::Models::decode_terms(card_matmuls(card), int(card.layers), 18.0 / 32,
+                                               {"stream", "ops", "per_layer_ms", "per_token_ms"}, {triad, int8, 0});
     return 0.6 * t[0] + 9 * t[1] + 0.05 * t[2] + 1 * t[3];
 }
 }  // namespace
@@ -252,6 +253,102 @@ TEST(PerfModels, TheDecodeModelInTheMachinesTermsPredictsAnotherMachine) {
     auto four = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "4"});
     EXPECT_NE(four.status, 0);
     EXPECT_NE(four.err.find("--machine"), std::string::npos) << four.err;
+}
+
+namespace {
+// A machine.json whose roofs carry llama.cpp's q4_0 kernel streaming at KSTREAM1 / KSTREAM2 GB/s
+// at 1 / 2 threads (bench-machine's kernel roofs); triad and int8 peak as on a real machine.
+// SPREAD: the kernel's lowest and highest allocation at ×(1 ∓ SPREAD) (0: not measured).
+void write_kernel_machine(const fs::path& file, const std::string& cpu, double kstream1, double kstream2, double spread = 0) {
+    nlohmann::json j{{"cpu", cpu}, {"format", 2}, {"host", "vm"}, {"isa", "test"}, {"kernels", "ggml_kernel_roof (test)"},
+                     {"roofs", nlohmann::json::array()}};
+    for (auto [t, k] : {std::pair{1, kstream1}, std::pair{2, kstream2}})
+        j["roofs"].push_back({{"threads", t}, {"triad_gbs", 30.0 * t}, {"peak_gflops_f32", 100.0 * t},
+                              {"peak_gops", {{"f32", 100.0 * t}, {"int8", 400.0 * t}}},
+                              {"kernels", {{"q4_0", {{"cache_gops", 60.0 * t}, {"stream_gbs", k}, {"stream_gbs_lo", spread > 0 ? k * (1 - spread) : 0.0},
+                                                     {"stream_gbs_hi", spread > 0 ? k * (1 + spread) : 0.0}, {"buffer", "CPU_REPACK"}}}}}});
+    std::ofstream(file) << j.dump(1);
+}
+
+// The law the decode-speed points follow in llama.cpp's kernel's terms: ms per token =
+// 1.1 · bytes / kernel stream + 0.04 ms per layer + 0.8 ms.
+double kernel_law_ms(const ModelCard& card, double kstream) {
+    const auto t = *perf::Models::decode_terms(card_matmuls(card), int(card.layers), 18.0 / 32,
+                                               {"kernel_stream", "per_layer_ms", "per_token_ms"}, {0, 0, kstream});
+    return 1.1 * t[0] + 0.04 * t[1] + 0.8 * t[2];
+}
+}  // namespace
+
+// Where bench-machine timed llama.cpp's own kernel for the type, the decode model is in that
+// kernel's streaming rate (not the synthetic triad and peak): the fit finds the law's
+// coefficients, each thread count is now predicted from the other's points (the kernel's rate
+// carries what threads change), another machine is predicted from its kernel roofs, and a
+// machine.json without them is refused with what to run.
+TEST(PerfModels, TheDecodeModelInLlamaCppsKernelTermsPredictsAnotherMachine) {
+    TempDir d;
+    write_results(d / "host");
+    write_kernel_machine(d / "host" / "machine.json", "fitting CPU", 19, 27);
+    fs::create_directories(d / "host" / "decode-speed");
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> noise(-0.02, 0.02);
+    {
+        std::ofstream tab(d / "host" / "decode-speed" / "points.csv");
+        tab << "id,model,type,backend,threads,bench_tg_tps\n";
+        for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"})
+            for (auto [t, k] : {std::pair{1, 19.0}, std::pair{2, 27.0}}) {
+                const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
+                tab << model << t << "," << model << ",q4_0,cpu," << t << "," << 1000 / (kernel_law_ms(card, k) * (1 + noise(rng))) << "\n";
+            }
+    }
+    auto r = run({profinfer_bin(), "fit", d / "host", "-o", d / "models" / "models.json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto m = perf::Models::load(d / "models" / "models.json");
+    const auto* e = m.decode_roofs_entry("cpu", "q4_0");
+    ASSERT_NE(e, nullptr) << m.json().dump();
+    EXPECT_EQ((*e)["terms"], nlohmann::json({"kernel_stream", "per_layer_ms", "per_token_ms"}));
+    EXPECT_NEAR((*e)["coef"][0].get<double>(), 1.1, 0.1);
+    EXPECT_EQ((*e)["fitted_on"]["roofs"][1]["kernel_stream_gbs"].get<double>(), 27);
+    for (const char* th : {"1", "2"}) {
+        EXPECT_LT((*e)["heldout"]["each_model"][th]["mean_abs_err_pct"].get<double>(), 5) << th;
+        // The kernel's rate at each thread count is measured: the other count's points predict it.
+        ASSERT_TRUE((*e)["heldout"]["each_thread_count"][th].contains("mean_abs_err_pct")) << (*e)["heldout"].dump();
+        EXPECT_LT((*e)["heldout"]["each_thread_count"][th]["mean_abs_err_pct"].get<double>(), 6) << th;
+    }
+    write_kernel_machine(d / "other.json", "other CPU", 11, 14);
+    const ModelCard big = ModelCard::load("llama3.2-3b", ModelCard::Scale::Full);
+    for (auto [t, k] : {std::pair{1, 11.0}, std::pair{2, 14.0}}) {
+        auto p = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-3b", "--threads",
+                      std::to_string(t), "--machine", d / "other.json", "--json"});
+        ASSERT_EQ(p.status, 0) << p.err;
+        const auto pj = nlohmann::json::parse(p.out);
+        const double truth = 1000 / kernel_law_ms(big, k);
+        EXPECT_NEAR(pj["decode_tps"].get<double>(), truth, 0.05 * truth) << t;
+        EXPECT_LE(pj["decode_tps_lo"].get<double>(), truth) << t;
+        EXPECT_GE(pj["decode_tps_hi"].get<double>(), truth) << t;
+        EXPECT_EQ(pj["machine"]["kernel_stream_gbs"].get<double>(), k);
+    }
+    // The kernel's own spread between bench-machine's allocations widens the interval, not the point.
+    write_kernel_machine(d / "spread.json", "other CPU", 11, 14, 0.1);
+    auto narrow = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "2",
+                       "--machine", d / "other.json", "--json"});
+    auto wide = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "2",
+                     "--machine", d / "spread.json", "--json"});
+    ASSERT_EQ(narrow.status, 0) << narrow.err;
+    ASSERT_EQ(wide.status, 0) << wide.err;
+    const auto nj = nlohmann::json::parse(narrow.out), wj = nlohmann::json::parse(wide.out);
+    EXPECT_DOUBLE_EQ(nj["decode_tps"].get<double>(), wj["decode_tps"].get<double>());
+    EXPECT_LT(wj["decode_tps_lo"].get<double>(), 0.95 * nj["decode_tps_lo"].get<double>());
+    EXPECT_GT(wj["decode_tps_hi"].get<double>(), 1.05 * nj["decode_tps_hi"].get<double>());
+    auto text = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "2",
+                     "--machine", d / "other.json"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_NE(text.out.find("llama.cpp's q4_0 decode MatMul streams 14.0 GB/s"), std::string::npos) << text.out;
+    // A machine measured without the kernel roofs cannot be put into this model.
+    write_machine(d / "synthetic.json", "older bench", 16, 20, 1100, 2100);
+    auto old = run({profinfer_bin(), "predict", d / "models" / "models.json", "--card", "llama3.2-1b", "--threads", "1",
+                    "--machine", d / "synthetic.json"});
+    EXPECT_NE(old.status, 0);
+    EXPECT_NE(old.err.find("run profinfer bench-machine again"), std::string::npos) << old.err;
 }
 
 namespace {
@@ -343,4 +440,26 @@ TEST(PerfModels, PlanCompareRunsInInterleavedRounds) {
     EXPECT_NE(plan["plan_over_best_single"]["verdict"].get<std::string>().find("too few rounds"), std::string::npos);
     EXPECT_FALSE(plan["as_fast_as_best_single_backend"].get<bool>());
     EXPECT_TRUE(fs::exists(d / "compare" / "runs.csv"));
+}
+
+// A weight streams at its size class's rate (bench-machine measures three: a GQA model's K and V
+// at 2048 × 256 stream slower at 2 threads than the FFN's 2048 × 8192): interpolated in
+// log(elements) between the classes, the nearest class's beyond them, the large class's for
+// every size where the others were not measured.
+TEST(PerfModels, EachWeightStreamsAtItsSizeClasssRate) {
+    perf::Models::DecodeRoofs r;
+    r.kernel_stream_gbs = 30, r.kernel_stream_mid_gbs = 20, r.kernel_stream_small_gbs = 10;
+    EXPECT_DOUBLE_EQ(r.kernel_stream_for(2048.0 * 256), 10);
+    EXPECT_DOUBLE_EQ(r.kernel_stream_for(512.0 * 256), 10);
+    EXPECT_DOUBLE_EQ(r.kernel_stream_for(2048.0 * 2048), 20);
+    EXPECT_NEAR(r.kernel_stream_for(2048.0 * 1024), 10 + 10 * 2.0 / 3, 1e-9);  // 2/3 of the way in log
+    EXPECT_NEAR(r.kernel_stream_for(2048.0 * 4096), 25, 1e-9);
+    EXPECT_DOUBLE_EQ(r.kernel_stream_for(8192.0 * 128256), 30);
+    // The term sums each weight's bytes over its own rate: K and V of a 1B at the small rate.
+    const std::vector<perf::MatMulShape> shapes = {{"k", 256, 2048, 1}, {"ffn", 8192, 2048, 1}};
+    const auto t = *perf::Models::decode_terms(shapes, 1, 1.0, {"kernel_stream"}, r);
+    EXPECT_NEAR(t[0], (256.0 * 2048 / 10 + 8192.0 * 2048 / 30) / 1e6, 1e-12);
+    perf::Models::DecodeRoofs large_only;
+    large_only.kernel_stream_gbs = 30;
+    EXPECT_DOUBLE_EQ(large_only.kernel_stream_for(2048.0 * 256), 30);
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #if defined(__x86_64__)
@@ -258,6 +259,51 @@ std::string first_line(const std::filesystem::path& file) {
     return line;
 }
 
+// A kernel roof from ggml_kernel_roof's line or machine.json's entry (the same keys).
+KernelRoof kernel_roof_of(const nlohmann::json& j) {
+    return {j.value("cache_gops", 0.0),     j.value("stream_gbs", 0.0),       j.value("stream_gbs_lo", 0.0), j.value("stream_gbs_hi", 0.0),
+            j.value("stream_mid_gbs", 0.0), j.value("stream_small_gbs", 0.0), j.value("buffer", "")};
+}
+
+// llama.cpp's decode MatMul kernel roofs from ggml_kernel_roof (TOOL) at THREADS, into M's
+// roofs; M.kernels says where they came from or why there are none (never fatal: the synthetic
+// roofs stand without them).
+void measure_kernels(MachineBench& m, const std::vector<int>& threads, bool quick, std::string tool) {
+    if (const char* e = std::getenv("PROFINFER_KERNEL_ROOF"); tool.empty() && e) tool = e;
+#ifdef PROFINFER_KERNEL_ROOF
+    if (tool.empty()) tool = PROFINFER_KERNEL_ROOF;
+#endif
+    if (tool.empty() || !std::filesystem::exists(tool)) {
+        m.kernels = "not measured: no ggml_kernel_roof" + (tool.empty() ? std::string() : " at " + tool);
+        return;
+    }
+    std::string list;
+    for (int t : threads) list += (list.empty() ? "" : ",") + std::to_string(t);
+    const std::string cmd = "'" + tool + "' --threads " + list + (quick ? " --quick" : "");
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) {
+        m.kernels = "not measured: cannot run " + tool;
+        return;
+    }
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int rc = ::pclose(p);
+    int found = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("type")) continue;
+        for (auto& r : m.roofs)
+            if (r.threads == j.value("threads", 0)) {
+                r.kernels[j.at("type").get<std::string>()] = kernel_roof_of(j);
+                ++found;
+            }
+    }
+    m.kernels = found > 0 && rc == 0 ? "ggml_kernel_roof (llama.cpp " PROFINFER_LLAMA_COMMIT ")"
+                                     : "not measured: " + tool + " exited with status " + std::to_string(rc);
+}
+
 }  // namespace
 
 // The kernel's proactive reclaim, if on: DAMON schemes that page out memory idle for a while
@@ -285,7 +331,7 @@ std::string proactive_reclaim(const std::filesystem::path& root) {
     return found;
 }
 
-MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick) {
+MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick, const std::string& kernel_tool) {
     MachineBench m;
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -300,6 +346,7 @@ MachineBench MachineBench::run(const std::vector<int>& thread_counts, bool quick
         roof.peak_gflops = roof.peak_gops.at("f32");
         m.roofs.push_back(roof);
     }
+    measure_kernels(m, thread_counts, quick, kernel_tool);
     return m;
 }
 
@@ -329,9 +376,15 @@ const MachineRoof& MachineBench::at(int threads) const {
 nlohmann::json MachineBench::to_json() const {
     nlohmann::json j = {{"format", 2}, {"host", host}, {"cpu", cpu}, {"isa", isa}, {"roofs", nlohmann::json::array()}};
     if (!reclaim.empty()) j["reclaim"] = reclaim;
-    for (const auto& r : roofs)
-        j["roofs"].push_back({{"threads", r.threads}, {"triad_gbs", r.triad_gbs}, {"peak_gflops_f32", r.peak_gflops},
-                              {"peak_gops", r.peak_gops}});
+    if (!kernels.empty()) j["kernels"] = kernels;
+    for (const auto& r : roofs) {
+        nlohmann::json e = {{"threads", r.threads}, {"triad_gbs", r.triad_gbs}, {"peak_gflops_f32", r.peak_gflops}, {"peak_gops", r.peak_gops}};
+        for (const auto& [type, k] : r.kernels)
+            e["kernels"][type] = {{"cache_gops", k.cache_gops}, {"stream_gbs", k.stream_gbs}, {"stream_gbs_lo", k.stream_gbs_lo},
+                                  {"stream_gbs_hi", k.stream_gbs_hi}, {"stream_mid_gbs", k.stream_mid_gbs},
+                                  {"stream_small_gbs", k.stream_small_gbs}, {"buffer", k.buffer}};
+        j["roofs"].push_back(e);
+    }
     return j;
 }
 
@@ -341,9 +394,13 @@ MachineBench MachineBench::from_json(const nlohmann::json& j) {
     m.cpu = j.value("cpu", "");
     m.isa = j.value("isa", "");
     m.reclaim = j.value("reclaim", "");
+    m.kernels = j.value("kernels", "");
     for (const auto& r : j.at("roofs")) {
         MachineRoof roof{r.at("threads"), r.at("triad_gbs"), r.at("peak_gflops_f32"), {}};
         if (r.contains("peak_gops")) roof.peak_gops = r.at("peak_gops").get<std::map<std::string, double>>();  // format 2
+        if (r.contains("kernels"))
+            for (const auto& [type, k] : r.at("kernels").items())
+                roof.kernels[type] = kernel_roof_of(k);
         m.roofs.push_back(roof);
     }
     return m;

@@ -69,3 +69,34 @@ TEST(MachineRoofs, TheInt8RoofCountsMultipliesNotAdds) {
     EXPECT_GT(ratio, 0.0);
     EXPECT_LT(ratio, 0.75);
 }
+
+// bench-machine times llama.cpp's own decode MatMul kernel (ggml_kernel_roof, the pinned build):
+// each weight type at each thread count, the weights where llama.cpp loads them — q4_0 repacked
+// (CPU_REPACK) on x86-64 with AVX2, as llama_model_loader places it; f16 in the CPU's own buffer.
+// The rates survive machine.json; a tool that cannot run leaves the synthetic roofs and says why.
+TEST(MachineRoofs, BenchMachineTimesLlamaCppsOwnKernels) {
+    const MachineBench m = MachineBench::run({1}, true, PROFINFER_KERNEL_ROOF_TOOL);
+    ASSERT_EQ(m.roofs.size(), 1u);
+    EXPECT_EQ(m.kernels.rfind("ggml_kernel_roof (llama.cpp ", 0), 0u) << m.kernels;
+    for (const char* type : {"q4_0", "q8_0", "f16"}) {
+        ASSERT_TRUE(m.roofs[0].kernels.count(type)) << type;
+        const KernelRoof& k = m.roofs[0].kernels.at(type);
+        std::cout << type << " (" << k.buffer << "): " << k.cache_gops << " G ops/s in cache, " << k.stream_gbs << " GB/s streamed\n";
+        EXPECT_GT(k.stream_gbs, 0) << type;
+        EXPECT_GT(k.cache_gops, 0) << type;
+        EXPECT_TRUE(std::isfinite(k.stream_gbs) && std::isfinite(k.cache_gops)) << type;
+    }
+    EXPECT_EQ(m.roofs[0].kernels.at("f16").buffer, "CPU");
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) EXPECT_EQ(m.roofs[0].kernels.at("q4_0").buffer, "CPU_REPACK");
+#endif
+    const MachineBench back = MachineBench::from_json(m.to_json());
+    EXPECT_EQ(back.kernels, m.kernels);
+    EXPECT_EQ(back.roofs[0].kernels.at("q4_0").stream_gbs, m.roofs[0].kernels.at("q4_0").stream_gbs);
+    EXPECT_EQ(back.roofs[0].kernels.at("q4_0").buffer, m.roofs[0].kernels.at("q4_0").buffer);
+
+    const MachineBench none = MachineBench::run({1}, true, "/nonexistent/ggml_kernel_roof");
+    EXPECT_TRUE(none.roofs[0].kernels.empty());
+    EXPECT_EQ(none.kernels.rfind("not measured: no ggml_kernel_roof at /nonexistent", 0), 0u) << none.kernels;
+    EXPECT_GT(none.roofs[0].triad_gbs, 0);
+}

@@ -418,7 +418,9 @@ void note_prediction(const RunOptions& opt, const fs::path& db, const std::strin
 void run_point(const ExperimentSpec& spec, const RunOptions& opt, RunIndex& ix, const SweepPoint& p, int round,
                const fs::path& db, const std::string& head, int left, RunReport& rep) {
     store::ExperimentIndex& index = ix.index;
-    const fs::path model = opt.model.empty() ? point_model(p, spec.scale, opt.profinfer, true) : opt.model;
+    const fs::path model = p.at("program") == "kernel-roof" ? fs::path()  // no model: a kernel alone
+                           : opt.model.empty()               ? point_model(p, spec.scale, opt.profinfer, true)
+                                                             : opt.model;
     for (const char* suffix : {"", "-wal", "-shm", ".nodes.csv"}) fs::remove(db.string() + suffix);  // an interrupted attempt
     Workload w = workload(spec, opt, p, model, db);
     w.argv = on_board(opt, w.argv);

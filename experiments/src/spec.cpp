@@ -65,8 +65,8 @@ bool known_tracer(const std::string& t) {
 
 void check_value(const std::string& name, const std::string& v, const std::string& where) {
     if (name == "program" && v != "llama-bench" && v != "evalcb" && v != "ort" && v != "server" && v != "attach" &&
-        v != "duet")
-        throw Error(where + ": program is llama-bench, evalcb, ort, server, attach or duet, not '" + v + "'");
+        v != "duet" && v != "kernel-roof")
+        throw Error(where + ": program is llama-bench, evalcb, ort, server, attach, duet or kernel-roof, not '" + v + "'");
     if (name == "clients" && (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
                               std::stoi(v) > 64))
         throw Error(where + ": clients is the number of concurrent clients (and server slots), 1 to 64, not '" + v + "'");
@@ -370,8 +370,10 @@ std::vector<SweepPoint> ExperimentSpec::points(bool quick) const {
                 }
             out = std::move(next);
         }
-        for (auto& p : out)
+        for (auto& p : out) {
+            if (p.params["program"] == "kernel-roof") p.params["model"] = "none";  // a kernel alone: no model (quick's list too)
             if (ids.insert(p.id()).second) all.push_back(std::move(p));
+        }
     }
     return all;
 }

@@ -49,7 +49,9 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
              {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
              {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"},
              {"traced_calls_pct", "traced_calls_pct"}, {"window_recorder_cpu_ms_s", "duet_recorder_cpu_ms_s"},
-             {"window_traced_wait_ms_s", "duet_traced_wait_ms_s"}, {"window_untraced_wait_ms_s", "duet_untraced_wait_ms_s"}})
+             {"window_traced_wait_ms_s", "duet_traced_wait_ms_s"}, {"window_untraced_wait_ms_s", "duet_untraced_wait_ms_s"},
+             {"stream_gbs", "kernel_stream_gbs"}, {"stream_mid_gbs", "kernel_stream_mid_gbs"},
+             {"stream_small_gbs", "kernel_stream_small_gbs"}, {"cache_gops", "kernel_cache_gops"}})
         if (peer.contains(from) && peer[from].is_number()) m[to] = peer[from];
 }
 
@@ -76,6 +78,8 @@ const std::vector<MetricInfo>& study_metrics() {
         {"predicted_slowdown_pct", "% of decode speed"},
         {"duet_recorder_cpu_ms_s", "ms CPU per s"}, {"duet_traced_wait_ms_s", "ms waiting to run per s"},
         {"duet_untraced_wait_ms_s", "ms waiting to run per s"},
+        {"kernel_stream_gbs", "GB/s of weights"}, {"kernel_stream_mid_gbs", "GB/s of weights"},
+        {"kernel_stream_small_gbs", "GB/s of weights"}, {"kernel_cache_gops", "G ops/s"},
         {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
     return kMetrics;
 }

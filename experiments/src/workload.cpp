@@ -235,6 +235,7 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
 }  // namespace
 
 fs::path evalcb_peer() { return PROFINFER_EVALCB_PEER; }
+fs::path kernel_roof_tool() { return PROFINFER_KERNEL_ROOF; }
 
 Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p, const fs::path& model,
                   const fs::path& db) {
@@ -258,8 +259,14 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         w.program = program == "attach" ? attach_program(opt, p, model) : duet_program(opt, p, model);
         w.argv = w.program;  // the peer records (or not) by itself
         return w;
+    } else if (program == "kernel-roof") {
+        // No model: ggml's kernel alone, the point's weight type at its thread count.
+        if (tracer != "none") throw Error("program kernel-roof times a kernel alone: its tracer is none, not " + tracer);
+        w.program = {kernel_roof_tool().string(), "--types", p.at("type"), "--threads", p.at("threads")};
+        w.argv = w.program;
+        return w;
     } else {
-        throw Error("program is llama-bench, evalcb, ort, server, attach or duet, not " + program);
+        throw Error("program is llama-bench, evalcb, ort, server, attach, duet or kernel-roof, not " + program);
     }
     if (tracer == "bpftrace" || tracer == "bpftrace-stream") {
         w.bpftrace = bpftrace_script(p, tracer == "bpftrace-stream");

@@ -10,7 +10,10 @@
 
 namespace profinfer::fit {
 
-// Decode speed in the machine's terms, so that it travels: time per token =
+// Decode speed in the machine's terms, so that it travels. Where bench-machine timed llama.cpp's own
+// decode MatMul kernel for the weight type (ggml_kernel_roof) at every thread count, time per token =
+//   a · (weight bytes a token streams) / (the rate the kernel streams them at)  +  c · layers + d;
+// else, in the synthetic roofs: time per token =
 //   a · (weight bytes a token streams) / triad  +  b · (its MatMul operations) / peak
 //   + c · layers + d,
 // the bytes and operations from the card (what belongs to the model), the triad bandwidth and
@@ -25,40 +28,49 @@ namespace profinfer::fit {
 
 namespace {
 
-const std::vector<std::string> kTerms = {"stream", "ops", "per_layer_ms", "per_token_ms"};
+const std::vector<std::string> kRoofTerms = {"stream", "ops", "per_layer_ms", "per_token_ms"};
+const std::vector<std::string> kKernelTerms = {"kernel_stream", "per_layer_ms", "per_token_ms"};
 
 struct Speed {
     std::string model;
     int threads = 0;
     double ms = 0;              // measured decode time per token (median over the rounds)
+    double weight_mb = 0;       // the weight MB a token streams
     std::vector<double> terms;  // Models::decode_terms on the fitting machine
 };
 
-LinearFit fit_on(const std::vector<const Speed*>& pts) {
-    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(kTerms.size()));
+LinearFit fit_on(const std::vector<const Speed*>& pts, const std::vector<std::string>& names) {
+    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(names.size()));
     Eigen::VectorXd y(Eigen::Index(pts.size())), w(Eigen::Index(pts.size()));
     for (size_t i = 0; i < pts.size(); ++i) {
-        for (size_t j = 0; j < kTerms.size(); ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j];
+        for (size_t j = 0; j < names.size(); ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j];
         y[Eigen::Index(i)] = pts[i]->ms, w[Eigen::Index(i)] = 1 / (pts[i]->ms * pts[i]->ms);
     }
-    return nonnegative_least_squares(X, y, kTerms, w);
+    return nonnegative_least_squares(X, y, names, w);
 }
 
-// Whether PTS tell every term apart (the design's rank): the models of one weight type at one
-// thread count do not — their bytes and operations stand in one ratio.
-bool identifiable(const std::vector<const Speed*>& pts) {
-    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(kTerms.size()));
+// Whether PTS tell every term apart (the design's rank): in the synthetic roofs, the models of
+// one weight type at one thread count do not — their bytes and operations stand in one ratio.
+bool identifiable(const std::vector<const Speed*>& pts, size_t n_terms) {
+    Eigen::MatrixXd X(Eigen::Index(pts.size()), Eigen::Index(n_terms));
     for (size_t i = 0; i < pts.size(); ++i)
-        for (size_t j = 0; j < kTerms.size(); ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j] / pts[i]->ms;
+        for (size_t j = 0; j < n_terms; ++j) X(Eigen::Index(i), Eigen::Index(j)) = pts[i]->terms[j] / pts[i]->ms;
     Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(X);
     qr.setThreshold(1e-9);
-    return qr.rank() == Eigen::Index(kTerms.size());
+    return qr.rank() == Eigen::Index(n_terms);
 }
 
 double predict(const LinearFit& f, const Speed& s) {
     double ms = 0;
-    for (size_t j = 0; j < kTerms.size(); ++j) ms += f.coef[Eigen::Index(j)] * s.terms[j];
+    for (size_t j = 0; j < s.terms.size(); ++j) ms += f.coef[Eigen::Index(j)] * s.terms[j];
     return ms;
+}
+
+perf::Models::DecodeRoofs roofs_of(const MachineRoof& r, const std::string& type) {
+    auto k = r.kernels.find(type);
+    if (k == r.kernels.end()) return {r.triad_gbs, r.peak_for(compute_kind_of(type)), 0, 0, 0};
+    return {r.triad_gbs,           r.peak_for(compute_kind_of(type)), k->second.stream_gbs,       k->second.stream_gbs_lo,
+            k->second.stream_gbs_hi, k->second.stream_mid_gbs,         k->second.stream_small_gbs};
 }
 
 double mean_of(const std::vector<double>& v) {
@@ -89,10 +101,34 @@ Table fit_decode_roofs(FitContext& c) {
         md << "Not fitted: no machine.json beside the studies (profinfer bench-machine): the model is in the machine's roofs.\n";
         return tab;
     }
-    const MachineBench& machine = own ? *own : *c.machine;
+    MachineBench machine = own ? *own : *c.machine;
     const Table speeds = read_table(study / "points.csv");
+    // The kernel's rate measured in the study's own rounds (program kernel-roof), beside the
+    // decode runs it explains, replaces bench-machine's single reading: a shared machine's
+    // memory bandwidth drifts between a bench-machine run and a study (here 14.6-19.4 GB/s at 1
+    // thread within an hour).
+    int kernel_rows = 0;
+    const auto has = [&](const char* col) { return std::find(speeds.columns.begin(), speeds.columns.end(), col) != speeds.columns.end(); };
+    if (has("program") && has("kernel_stream_gbs"))
+        for (const auto& r : speeds.rows) {
+            const auto& v = r[speeds.column("kernel_stream_gbs")];
+            if (text(r[speeds.column("program")]) != "kernel-roof" || !v.is_number()) continue;
+            const int th = std::stoi(text(r[speeds.column("threads")]));
+            for (auto& roof : machine.roofs)
+                if (roof.threads == th) {
+                    auto num = [&](const char* col) { const auto& x = r[speeds.column(col)]; return x.is_number() ? x.get<double>() : 0.0; };
+                    KernelRoof& k = roof.kernels[text(r[speeds.column("type")])];
+                    k.stream_gbs = v.get<double>(), k.stream_gbs_lo = num("kernel_stream_gbs_lo"), k.stream_gbs_hi = num("kernel_stream_gbs_hi");
+                    if (has("kernel_cache_gops")) k.cache_gops = num("kernel_cache_gops");
+                    if (has("kernel_stream_mid_gbs")) k.stream_mid_gbs = num("kernel_stream_mid_gbs");
+                    if (has("kernel_stream_small_gbs")) k.stream_small_gbs = num("kernel_stream_small_gbs");
+                    ++kernel_rows;
+                }
+        }
+    if (kernel_rows > 0) machine.kernels = "the decode-speed study's own rounds (program kernel-roof, ggml_kernel_roof)";
     const ModelCard::Scale scale = study_scale(study);
     std::map<std::pair<std::string, std::string>, std::vector<Speed>> groups;  // backend, type
+    std::map<std::pair<std::string, std::string>, std::vector<ModelCard>> cards;
     for (const auto& r : speeds.rows) {
         const auto& tps = r[speeds.column("bench_tg_tps")];  // llama-bench's own tg speed (untraced)
         if (!tps.is_number() || !(tps.get<double>() > 0)) continue;
@@ -107,32 +143,53 @@ Table fit_decode_roofs(FitContext& c) {
         const int threads = std::stoi(text(r[speeds.column("threads")]));
         const MachineRoof& roof = machine.at(threads);
         if (roof.threads != threads) continue;  // the machine was not measured at this count
-        groups[{text(r[speeds.column("backend")]), type}].push_back(
-            {model, threads, 1000 / tps.get<double>(),
-             perf::Models::decode_terms(card_matmuls(card), int(card.layers), bytes_per_elem(type), roof.triad_gbs,
-                                        roof.peak_for(compute_kind_of(type)))});
+        const std::pair<std::string, std::string> key{text(r[speeds.column("backend")]), type};
+        groups[key].push_back({model, threads, 1000 / tps.get<double>(),
+                               perf::Models::decode_weight_bytes(card_matmuls(card), bytes_per_elem(type)) / 1e6, {}});
+        cards[key].push_back(card);
     }
-    md << "time per token = a · (weight bytes a token streams) / triad + b · (MatMul operations) / peak + c · layers + d, "
-          "bytes and operations from the card, triad and peak (of the type's arithmetic) at the thread count from "
-          << (own ? "decode-speed/machine.json" : "machine.json") << " (" << machine.cpu << "); nonnegative least squares for relative error on the decode-speed study "
+    md << "With llama.cpp's own decode MatMul kernel timed for the type at every thread count (bench-machine's kernel roofs, "
+          "ggml_kernel_roof): time per token = a · (weight bytes a token streams) / (the kernel's streaming rate) + c · layers + d. "
+          "Otherwise, in the synthetic roofs: time per token = a · (weight bytes a token streams) / triad + b · (MatMul operations) / "
+          "peak + c · layers + d. Bytes and operations from the card, the roofs at the thread count from "
+       << (own ? "decode-speed/machine.json" : "machine.json") << " (" << machine.cpu << ")"
+       << (kernel_rows > 0 ? ", the kernel's streaming rate from the study's own rounds (program kernel-roof: median over them)" : "")
+       << "; nonnegative least squares for relative error on the decode-speed study "
           "(warm, untraced, median over its rounds). Held out: each model (fitted on the others at every thread count), "
           "each thread count (fitted on the others' points: it checks the machine terms carry the thread count). "
           "Interval: × exp(±t·s), s the held-out models' log errors.\n\n"
-       << "| type | a (stream) | b (ops) | c ms/layer | d ms/token | points | held out | threads | mean error % | max error % | "
-          "inside interval |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+       << "| type | terms | coefficients | points | held out | threads | mean error % | max error % | "
+          "inside interval |\n|---|---|---|---|---|---|---|---|---|\n";
     for (auto& [key, pts] : groups) {
         const auto& [backend, type] = key;
+        bool kernel = true;  // every point's thread count has the kernel roof for the type
+        for (const auto& p : pts) kernel = kernel && roofs_of(machine.at(p.threads), type).kernel_stream_gbs > 0;
+        const std::vector<std::string>& names = kernel ? kKernelTerms : kRoofTerms;
+        for (size_t i = 0; i < pts.size(); ++i) {
+            const ModelCard& card = cards[key][i];
+            pts[i].terms = *perf::Models::decode_terms(card_matmuls(card), int(card.layers), bytes_per_elem(type), names,
+                                                       roofs_of(machine.at(pts[i].threads), type));
+        }
+        std::string coefs, terms;
+        auto f_text = [&](const LinearFit& f) {
+            coefs.clear(), terms.clear();
+            for (size_t j = 0; j < names.size(); ++j) {
+                coefs += (j ? ", " : "") + format_double(f.coef[Eigen::Index(j)]);
+                terms += (j ? ", " : "") + names[j];
+            }
+        };
         std::set<std::string> models;
         std::set<int> threads;
         for (const auto& p : pts) models.insert(p.model), threads.insert(p.threads);
         if (models.size() < 4) {
             md << "| " << type << " | not fitted: " << models.size()
-               << " models (four or more: three to fit, one to check) | | | | | | | | | |\n";
+               << " models (four or more: three to fit, one to check) | | | | | | | |\n";
             continue;
         }
         std::vector<const Speed*> all;
         for (const auto& p : pts) all.push_back(&p);
-        const LinearFit f = fit_on(all);
+        const LinearFit f = fit_on(all, names);
+        f_text(f);
         // Leave one model out: its every thread count predicted by a fit on the other models.
         std::vector<double> log_err;
         std::vector<std::tuple<const Speed*, double>> lomo;
@@ -140,7 +197,7 @@ Table fit_decode_roofs(FitContext& c) {
             std::vector<const Speed*> train;
             for (const auto& p : pts)
                 if (p.model != m) train.push_back(&p);
-            const LinearFit g = fit_on(train);
+            const LinearFit g = fit_on(train, names);
             for (const auto& p : pts)
                 if (p.model == m) {
                     const double ms = predict(g, p);
@@ -169,8 +226,7 @@ Table fit_decode_roofs(FitContext& c) {
             }
             nlohmann::json j = nlohmann::json::object();
             for (const auto& [th, e] : errs) {
-                md << "| " << type << " | " << format_double(f.coef[0]) << " | " << format_double(f.coef[1]) << " | "
-                   << format_double(f.coef[2]) << " | " << format_double(f.coef[3]) << " | " << pts.size() << " | " << check
+                md << "| " << type << " | " << terms << " | " << coefs << " | " << pts.size() << " | " << check
                    << " | " << th << " | " << format_double(mean_of(e), "%.1f") << " | "
                    << format_double(*std::max_element(e.begin(), e.end()), "%.1f") << " | " << inside[th] << " of " << e.size()
                    << " |\n";
@@ -190,41 +246,45 @@ Table fit_decode_roofs(FitContext& c) {
                 std::vector<const Speed*> train;
                 for (const auto& p : pts)
                     if (p.threads != th) train.push_back(&p);
-                if (!identifiable(train)) {
+                if (!identifiable(train, names.size())) {
                     const std::string why = "the other thread counts' points cannot tell the weight stream from the arithmetic "
                                             "(one weight type at one thread count: bytes and operations grow in one ratio)";
-                    md << "| " << type << " | | | | | | each thread count | " << th << " | not testable: " << why << " | | |\n";
+                    md << "| " << type << " | | | | each thread count | " << th << " | not testable: " << why << " | | |\n";
                     lotc_j[std::to_string(th)] = {{"not_testable", why}};
                     continue;
                 }
-                const LinearFit g = fit_on(train);
+                const LinearFit g = fit_on(train, names);
                 for (const auto& p : pts)
                     if (p.threads == th) lotc.push_back({&p, predict(g, p)});
             }
             if (!lotc.empty()) lotc_j.update(rows_of("each thread count", lotc));
         }
         nlohmann::json roofs = nlohmann::json::array();
-        for (int th : threads)
-            roofs.push_back({{"threads", th}, {"triad_gbs", machine.at(th).triad_gbs},
-                             {"peak_gops", machine.at(th).peak_for(compute_kind_of(type))}});
-        double lo_mb = INFINITY, hi_mb = 0;
-        for (const auto& p : pts) {
-            const double mb = p.terms[0] * machine.at(p.threads).triad_gbs;  // ms × GB/s = MB
-            lo_mb = std::min(lo_mb, mb), hi_mb = std::max(hi_mb, mb);
+        for (int th : threads) {
+            const auto r = roofs_of(machine.at(th), type);
+            roofs.push_back({{"threads", th}, {"triad_gbs", r.triad_gbs}, {"peak_gops", r.peak_gops}});
+            if (kernel)
+                roofs.back().update({{"kernel_stream_gbs", r.kernel_stream_gbs}, {"kernel_stream_gbs_lo", r.kernel_stream_gbs_lo},
+                                     {"kernel_stream_gbs_hi", r.kernel_stream_gbs_hi}, {"kernel_stream_mid_gbs", r.kernel_stream_mid_gbs},
+                                     {"kernel_stream_small_gbs", r.kernel_stream_small_gbs}});
         }
+        double lo_mb = INFINITY, hi_mb = 0;
+        for (const auto& p : pts) lo_mb = std::min(lo_mb, p.weight_mb), hi_mb = std::max(hi_mb, p.weight_mb);
         out["decode_roofs"].push_back(
             {{"backend", backend},
              {"type", type},
-             {"method", "ms per token = coef · [weight bytes / (triad GB/s · 1e6), MatMul ops / (peak Gops/s · 1e6), layers, 1]; "
-                        "nonnegative least squares for relative error (decode-speed study)"},
-             {"terms", kTerms},
+             {"method", kernel ? "ms per token = coef · [weight bytes / (llama.cpp's decode MatMul kernel's streaming GB/s · 1e6), layers, 1]; "
+                                 "nonnegative least squares for relative error (decode-speed study)"
+                               : "ms per token = coef · [weight bytes / (triad GB/s · 1e6), MatMul ops / (peak Gops/s · 1e6), layers, 1]; "
+                                 "nonnegative least squares for relative error (decode-speed study)"},
+             {"terms", names},
              {"coef", std::vector<double>(f.coef.data(), f.coef.data() + f.coef.size())},
              {"weight_bytes_per_elem", bytes_per_elem(type)},
              {"compute_kind", compute_kind_of(type)},
              {"log_half_width", half},
              {"heldout_log_sd", s},
              {"dof", dof},
-             {"fitted_on", {{"cpu", machine.cpu}, {"isa", machine.isa}, {"roofs", roofs}}},
+             {"fitted_on", {{"cpu", machine.cpu}, {"isa", machine.isa}, {"kernels", machine.kernels}, {"roofs", roofs}}},
              {"range", {{"weight_mb", {lo_mb, hi_mb}}, {"threads", std::vector<int>(threads.begin(), threads.end())}}},
              {"heldout", {{"each_model", lomo_j}, {"each_thread_count", lotc_j}}}});
     }

@@ -78,9 +78,15 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
         res.written.push_back(out_dir / "decode-roofs-heldout.csv");
         const auto speed_facts = study_facts(results_dir / "decode-speed");
         const auto rounds = speed_facts.find("rounds");
+        std::string formula = "a·bytes/triad + b·ops/peak + c·layers + d";
+        for (const auto& e : out["decode_roofs"])
+            for (const auto& t : e.value("terms", nlohmann::json::array()))
+                if (t == "kernel_stream")
+                    formula = "a·Σ bytes/(llama.cpp's kernel streaming rate for the weight's size) + c·layers + d";
         for (const auto& f : draw_decode_roofs(out_dir, roofs_heldout,
                                                machine_of(out_dir, board) + "; untraced, warm (decode-speed" +
-                                                   (rounds == speed_facts.end() ? "" : ", " + rounds->second + " rounds") + ")"))
+                                                   (rounds == speed_facts.end() ? "" : ", " + rounds->second + " rounds") + ")",
+                                               formula))
             res.written.push_back(f);
     }
     for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout,

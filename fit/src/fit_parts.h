@@ -80,6 +80,8 @@ void fit_moe(FitContext& c);                                   // out["moe"] (mo
 std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul, const Table& decode,
                                    const std::string& caption);
 // The decode model in machine terms, held out (fit_decode_roofs' table): the figure it wrote.
-std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption);
+// FORMULA: the model's terms as the caption says them.
+std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption,
+                                        const std::string& formula);
 
 }  // namespace profinfer::fit

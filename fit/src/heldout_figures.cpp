@@ -101,7 +101,8 @@ std::vector<fs::path> draw_heldout(const fs::path& out_dir, const Table& matmul,
     return written;
 }
 
-std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption) {
+std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& heldout, const std::string& caption,
+                                        const std::string& formula) {
     Plotter plot(out_dir);
     // Series: which check (each model, each thread count) at which thread count; the model
     // names beside the points; the prediction's interval as a vertical bar.
@@ -121,7 +122,7 @@ std::vector<fs::path> draw_decode_roofs(const fs::path& out_dir, const Table& he
                         r[heldout.column("model")].get<std::string>()});
     }
     auto f = plot.draw("decode-roofs-heldout", "Decode speed from the machine's roofs, measured vs predicted (held out)", [&](Gnuplot& gp) {
-        Plotter::caption(gp, caption + "; predicted: a·bytes/triad + b·ops/peak + c·layers + d fitted without the model "
+        Plotter::caption(gp, caption + "; predicted: " + formula + " fitted without the model "
                                        "(each model) or without the thread count (each thread count); bars: the 95 % interval "
                                        "predict prints" +
                                  (not_drawn ? "; not drawn: " + std::to_string(not_drawn) + " predictions at or below 0" : ""));

@@ -783,3 +783,71 @@ metrics = ["attach_slowdown_pct"]
     EXPECT_GT(by["op"]["attach_slowdown_pct"].get<double>(), 0);
     EXPECT_TRUE(fs::exists(out / "tiny-attach-attach_slowdown_pct.png"));
 }
+
+// program kernel-roof: llama.cpp's decode MatMul kernel timed alone (ggml_kernel_roof) in the
+// same interleaved rounds as the decode runs it explains; a kernel has no model (the sweep's
+// models collapse to one point, "none"), and its rate lands in points.csv beside the decode
+// speeds, where `profinfer fit` reads it.
+TEST(ExperimentRun, AKernelRoofPointTimesLlamaCppsKernelInTheSameRounds) {
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "kernel-beside"
+title = "Kernel beside decode"
+level = "none"
+scale = "tiny"
+[[sweep]]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [1]
+prompt = [0]
+gen = [8]
+tracer = ["none"]
+[[sweep]]
+program = ["kernel-roof"]
+model = ["llama3.2-1b", "qwen2.5-1.5b"]
+type = ["q4_0"]
+threads = [1]
+tracer = ["none"]
+[figure]
+x = "threads"
+metrics = ["bench_tg_tps"]
+)";
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("[round 2/2, 4/4]"), std::string::npos) << r.err;  // two points: the kernel's models collapsed
+    const Table pts = Table::read_csv_file(out / "points.csv");
+    ASSERT_EQ(pts.rows.size(), 2u);
+    int kernels = 0, decodes = 0;
+    for (const auto& row : pts.rows) {
+        if (row[pts.column("program")] == "kernel-roof") {
+            ++kernels;
+            EXPECT_EQ(row[pts.column("model")], "none");
+            ASSERT_TRUE(row[pts.column("kernel_stream_gbs")].is_number()) << pts.to_csv();
+            EXPECT_GT(row[pts.column("kernel_stream_gbs")].get<double>(), 0);
+            EXPECT_GT(row[pts.column("kernel_cache_gops")].get<double>(), 0);
+            EXPECT_TRUE(row[pts.column("bench_tg_tps")].is_null());
+        } else {
+            ++decodes;
+            EXPECT_GT(row[pts.column("bench_tg_tps")].get<double>(), 0);
+            EXPECT_TRUE(row[pts.column("kernel_stream_gbs")].is_null());
+        }
+    }
+    EXPECT_EQ(kernels, 1);
+    EXPECT_EQ(decodes, 1);
+    // A traced kernel-roof point is refused: there is nothing of llama.cpp's to record.
+    std::ofstream(d / "traced.toml") << R"(
+name = "kernel-traced"
+title = "Kernel traced"
+level = "op"
+[sweep]
+program = ["kernel-roof"]
+threads = [1]
+tracer = ["op"]
+[figure]
+x = "threads"
+metrics = ["kernel_stream_gbs"]
+)";
+    auto t = run({profinfer_bin(), "experiment", "run", d / "traced.toml", "-o", d / "out2", "--rounds", "2"});
+    EXPECT_NE(t.err.find("its tracer is none"), std::string::npos) << t.err;
+}

@@ -131,39 +131,118 @@ public:
         return nullptr;
     }
 
-    // A decode token's terms in the machine's units (ms at coefficient 1): the weight bytes it
-    // streams over the triad bandwidth, its MatMul operations (2 per multiply-add) over the
-    // peak of their kind, its layers, and 1 (the token's own fixed work). What belongs to the
-    // model (shapes, layers, bytes per weight) and what to the machine (TRIAD_GBS, PEAK_GOPS at
-    // the thread count: bench-machine's roofs) meet here only.
-    static std::vector<double> decode_terms(const std::vector<MatMulShape>& shapes, int layers, double weight_bytes_per_elem,
-                                            double triad_gbs, double peak_gops) {
-        double bytes = 0, ops = 0;
-        for (const auto& s : shapes) {
-            bytes += double(s.m) * double(s.k) * weight_bytes_per_elem * s.per_token;
-            ops += 2.0 * double(s.m) * double(s.k) * s.per_token;
+    // The roofs a decode model's terms divide by, at one thread count (bench-machine's).
+    struct DecodeRoofs {
+        double triad_gbs = 0;          // memory bandwidth (triad)
+        double peak_gops = 0;          // the vector unit's peak for the weight type's arithmetic
+        double kernel_stream_gbs = 0;  // llama.cpp's decode MatMul kernel streaming the type's weights
+        // The lowest and highest kernel_stream_gbs bench-machine saw (its allocations): the
+        // prediction's interval widens by them (0: not known).
+        double kernel_stream_gbs_lo = 0, kernel_stream_gbs_hi = 0;
+        // The kernel's rate for smaller weights (bench-machine's 2048 × 2048 and 2048 × 256 classes;
+        // kernel_stream_gbs is its 2048 × 8192 class); 0: not measured, kernel_stream_gbs for all.
+        double kernel_stream_mid_gbs = 0, kernel_stream_small_gbs = 0;
+
+        // The kernel's streaming rate for a weight of ELEMENTS (M × K): interpolated in
+        // log(elements) between the classes measured (2048 × 256, 2048 × 2048, 2048 × 8192),
+        // the nearest class's beyond them.
+        double kernel_stream_for(double elements) const {
+            std::vector<std::pair<double, double>> c;  // (log elements, GB/s)
+            if (kernel_stream_small_gbs > 0) c.push_back({std::log(2048.0 * 256), kernel_stream_small_gbs});
+            if (kernel_stream_mid_gbs > 0) c.push_back({std::log(2048.0 * 2048), kernel_stream_mid_gbs});
+            c.push_back({std::log(2048.0 * 8192), kernel_stream_gbs});
+            const double x = std::log(std::max(1.0, elements));
+            if (x <= c.front().first) return c.front().second;
+            for (size_t i = 1; i < c.size(); ++i)
+                if (x <= c[i].first)
+                    return c[i - 1].second + (c[i].second - c[i - 1].second) * (x - c[i - 1].first) / (c[i].first - c[i - 1].first);
+            return c.back().second;
         }
-        return {bytes / (triad_gbs * 1e6), ops / (peak_gops * 1e6), double(layers), 1.0};
+    };
+
+    // The weight bytes a decode token streams through its MatMuls.
+    static double decode_weight_bytes(const std::vector<MatMulShape>& shapes, double weight_bytes_per_elem) {
+        double bytes = 0;
+        for (const auto& s : shapes) bytes += double(s.m) * double(s.k) * weight_bytes_per_elem * s.per_token;
+        return bytes;
+    }
+
+    // A decode token's terms in the machine's units (ms at coefficient 1), by name: "stream"
+    // the weight bytes it streams over the triad bandwidth, "ops" its MatMul operations (2 per
+    // multiply-add) over the peak of their kind, "kernel_stream" each weight's bytes over the rate
+    // llama.cpp's own kernel streams a weight of its size at, "per_layer_ms" its layers, "per_token_ms" 1 (the
+    // token's own fixed work). What belongs to the model (shapes, layers, bytes per weight) and
+    // what to the machine (ROOFS at the thread count) meet here only. nullopt when a term needs a
+    // roof that is not there (≤ 0) or is not known.
+    static std::optional<std::vector<double>> decode_terms(const std::vector<MatMulShape>& shapes, int layers, double weight_bytes_per_elem,
+                                                           const std::vector<std::string>& names, const DecodeRoofs& roofs) {
+        const double bytes = decode_weight_bytes(shapes, weight_bytes_per_elem);
+        double ops = 0;
+        for (const auto& s : shapes) ops += 2.0 * double(s.m) * double(s.k) * s.per_token;
+        std::vector<double> t;
+        for (const auto& n : names) {
+            const double roof = n == "stream" ? roofs.triad_gbs : n == "ops" ? roofs.peak_gops : n == "kernel_stream" ? roofs.kernel_stream_gbs : 1;
+            if (!(roof > 0)) return std::nullopt;
+            if (n == "stream") t.push_back(bytes / (roof * 1e6));
+            else if (n == "kernel_stream") {  // each weight at its size class's rate
+                double ms = 0;
+                for (const auto& s : shapes)
+                    ms += double(s.m) * double(s.k) * weight_bytes_per_elem * s.per_token /
+                          (roofs.kernel_stream_for(double(s.m) * double(s.k)) * 1e6);
+                t.push_back(ms);
+            }
+            else if (n == "ops") t.push_back(ops / (roof * 1e6));
+            else if (n == "per_layer_ms") t.push_back(double(layers));
+            else if (n == "per_token_ms") t.push_back(1.0);
+            else return std::nullopt;
+        }
+        return t;
+    }
+
+    // The term names of a decode_roofs entry (entries written before they were named: the
+    // triad and peak model).
+    static std::vector<std::string> decode_term_names(const nlohmann::json& e) {
+        if (e.contains("terms")) return e.at("terms").get<std::vector<std::string>>();
+        return {"stream", "ops", "per_layer_ms", "per_token_ms"};
     }
 
     struct DecodeEstimate {
         double ms = 0, lo_ms = 0, hi_ms = 0;  // per token, with the fit's 95 % prediction interval
     };
-    // Decode time per token (ms) of a dense model on a machine with roofs TRIAD_GBS and
-    // PEAK_GOPS (of the entry's compute_kind) at the thread count, by the decode_roofs entry:
-    // Σ coefficient × term; the interval multiplies by exp(±log_half_width) (the held-out
-    // models' errors, so never ≤ 0). nullopt without an entry or with a roof ≤ 0.
+    // Decode time per token (ms) of a dense model on a machine with ROOFS at the thread count, by
+    // the decode_roofs entry: Σ coefficient × term; the interval multiplies by
+    // exp(±log_half_width) (the held-out models' errors, so never ≤ 0), taken from the kernel's
+    // lowest and highest measured rate where ROOFS has them (the roof's own spread). nullopt
+    // without an entry or without a roof its terms need.
     std::optional<DecodeEstimate> decode_ms_on(const std::vector<MatMulShape>& shapes, int layers, const std::string& backend,
-                                               const std::string& type, double triad_gbs, double peak_gops) const {
+                                               const std::string& type, const DecodeRoofs& roofs) const {
         const nlohmann::json* e = decode_roofs_entry(backend, type);
-        if (!e || !(triad_gbs > 0) || !(peak_gops > 0)) return std::nullopt;
-        const auto t = decode_terms(shapes, layers, e->at("weight_bytes_per_elem").get<double>(), triad_gbs, peak_gops);
-        const auto& c = e->at("coef");
-        double ms = 0;
-        for (size_t i = 0; i < t.size(); ++i) ms += c.at(i).get<double>() * t[i];
+        if (!e) return std::nullopt;
+        const auto names = decode_term_names(*e);
+        auto ms_at = [&](const DecodeRoofs& r) -> double {
+            const auto t = decode_terms(shapes, layers, e->at("weight_bytes_per_elem").get<double>(), names, r);
+            if (!t) return NAN;
+            const auto& c = e->at("coef");
+            double ms = 0;
+            for (size_t i = 0; i < t->size(); ++i) ms += c.at(i).get<double>() * (*t)[i];
+            return ms;
+        };
+        const double ms = ms_at(roofs);
         if (!(ms > 0)) return std::nullopt;
+        double fast = ms, slow = ms;
+        if (roofs.kernel_stream_gbs_lo > 0 && roofs.kernel_stream_gbs_hi >= roofs.kernel_stream_gbs_lo) {
+            // Every size class moved by the large class's spread.
+            auto scaled = [&](double gbs) {
+                DecodeRoofs r = roofs;
+                const double f = gbs / roofs.kernel_stream_gbs;
+                r.kernel_stream_gbs *= f, r.kernel_stream_mid_gbs *= f, r.kernel_stream_small_gbs *= f;
+                return ms_at(r);
+            };
+            fast = std::min(ms, scaled(roofs.kernel_stream_gbs_hi));
+            slow = std::max(ms, scaled(roofs.kernel_stream_gbs_lo));
+        }
         const double half = e->at("log_half_width").get<double>();
-        return DecodeEstimate{ms, ms * std::exp(-half), ms * std::exp(half)};
+        return DecodeEstimate{ms, fast * std::exp(-half), slow * std::exp(half)};
     }
 
     // What CTX tokens of KV cache add to a decode step (ms) of a model with LAYERS layers of

@@ -44,6 +44,9 @@ std::string missing_for(const SweepPoint& p, const RunOptions& opt, bool install
 
 // The eval-callback peer the studies run (experiments/peers/evalcb_peer.cpp), as built.
 std::filesystem::path evalcb_peer();
+// llama.cpp's decode MatMul kernel timed alone (boards/tools/kernel_roof.cpp), as built: program
+// kernel-roof, the roof measured in a study's own rounds beside the runs it explains.
+std::filesystem::path kernel_roof_tool();
 // This process's own binary (/proc/self/exe): the profinfer the runner records with.
 std::filesystem::path self_executable();
 
