@@ -263,6 +263,7 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
         // No model: ggml's kernel alone, the point's weight type at its thread count.
         if (tracer != "none") throw Error("program kernel-roof times a kernel alone: its tracer is none, not " + tracer);
         w.program = {kernel_roof_tool().string(), "--types", p.at("type"), "--threads", p.at("threads")};
+        if (opt.quick) w.program.push_back("--quick");  // one allocation, shorter trials: a quick run is no evidence
         w.argv = w.program;
         return w;
     } else {
