@@ -339,7 +339,8 @@ std::string stat_view_names(const char* last_joiner) {
 Table stats_table(store::Database& db, const std::string& by) {
     // --level op-sampled: no node was timed; the samples give each op type's share, as
     // estimates with their intervals.
-    if ((by == "op-type" || by == "op") && !db.scalar("SELECT EXISTS (SELECT 1 FROM node_times)") && has_cpu_samples(db))
+    // (cpu_samples first: whether node_times has a row is known only once its whole window is computed)
+    if ((by == "op-type" || by == "op") && has_cpu_samples(db) && !db.scalar("SELECT EXISTS (SELECT 1 FROM node_times)"))
         return sampled_op_table(db);
     for (const auto& m : kMakers)
         if (by == m.name) return m.make(db);
