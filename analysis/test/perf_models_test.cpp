@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -191,6 +192,22 @@ double law_ms(const ModelCard& card, double triad, double int8) {
                                                {"stream", "ops", "per_layer_ms", "per_token_ms"}, {triad, int8, 0});
     return 0.6 * t[0] + 9 * t[1] + 0.05 * t[2] + 1 * t[3];
 }
+
+// RESULTS/decode-speed/points.csv: five models' q4_0 decode speeds at 1 and 2 threads as LAW_MS
+// (card, threads) says, each off by up to ±NOISE (seeded).
+void write_decode_speeds(const fs::path& results, unsigned seed, double noise,
+                         const std::function<double(const ModelCard&, int)>& law_ms) {
+    fs::create_directories(results / "decode-speed");
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> off(-noise, noise);
+    std::ofstream tab(results / "decode-speed" / "points.csv");
+    tab << "id,model,type,backend,threads,bench_tg_tps\n";
+    for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"})
+        for (int t : {1, 2}) {
+            const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
+            tab << model << t << "," << model << ",q4_0,cpu," << t << "," << 1000 / (law_ms(card, t) * (1 + off(rng))) << "\n";
+        }
+}
 }  // namespace
 
 // The decode model in the machine's terms travels: fitted on one machine's decode-speed points
@@ -201,18 +218,9 @@ TEST(PerfModels, TheDecodeModelInTheMachinesTermsPredictsAnotherMachine) {
     TempDir d;
     write_results(d / "host");
     write_machine(d / "host" / "machine.json", "fitting CPU", 32, 39, 800, 1550);
-    fs::create_directories(d / "host" / "decode-speed");
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<double> noise(-0.03, 0.03);
-    {
-        std::ofstream tab(d / "host" / "decode-speed" / "points.csv");
-        tab << "id,model,type,backend,threads,bench_tg_tps\n";
-        for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"})
-            for (auto [t, triad, int8] : {std::tuple{1, 32.0, 800.0}, std::tuple{2, 39.0, 1550.0}}) {
-                const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
-                tab << model << t << "," << model << ",q4_0,cpu," << t << "," << 1000 / (law_ms(card, triad, int8) * (1 + noise(rng))) << "\n";
-            }
-    }
+    write_decode_speeds(d / "host", 5, 0.03, [](const ModelCard& card, int t) {
+        return t == 1 ? law_ms(card, 32, 800) : law_ms(card, 39, 1550);
+    });
     auto r = run({profinfer_bin(), "fit", d / "host", "-o", d / "models" / "models.json"});
     ASSERT_EQ(r.status, 0) << r.err;
     const auto m = perf::Models::load(d / "models" / "models.json");
@@ -288,18 +296,7 @@ TEST(PerfModels, TheDecodeModelInLlamaCppsKernelTermsPredictsAnotherMachine) {
     TempDir d;
     write_results(d / "host");
     write_kernel_machine(d / "host" / "machine.json", "fitting CPU", 19, 27);
-    fs::create_directories(d / "host" / "decode-speed");
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<double> noise(-0.02, 0.02);
-    {
-        std::ofstream tab(d / "host" / "decode-speed" / "points.csv");
-        tab << "id,model,type,backend,threads,bench_tg_tps\n";
-        for (const std::string model : {"smollm2-360m", "qwen2.5-0.5b", "llama3.2-1b", "qwen2.5-1.5b", "gemma2-2b"})
-            for (auto [t, k] : {std::pair{1, 19.0}, std::pair{2, 27.0}}) {
-                const ModelCard card = ModelCard::load(model, ModelCard::Scale::Full);
-                tab << model << t << "," << model << ",q4_0,cpu," << t << "," << 1000 / (kernel_law_ms(card, k) * (1 + noise(rng))) << "\n";
-            }
-    }
+    write_decode_speeds(d / "host", 7, 0.02, [](const ModelCard& card, int t) { return kernel_law_ms(card, t == 1 ? 19 : 27); });
     auto r = run({profinfer_bin(), "fit", d / "host", "-o", d / "models" / "models.json"});
     ASSERT_EQ(r.status, 0) << r.err;
     const auto m = perf::Models::load(d / "models" / "models.json");
