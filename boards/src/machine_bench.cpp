@@ -19,6 +19,7 @@
 
 #include "profinfer/board.h"
 #include "profinfer/error.h"
+#include "profinfer/knobs.h"
 
 namespace profinfer {
 
@@ -269,7 +270,7 @@ KernelRoof kernel_roof_of(const nlohmann::json& j) {
 // roofs; M.kernels says where they came from or why there are none (never fatal: the synthetic
 // roofs stand without them).
 void measure_kernels(MachineBench& m, const std::vector<int>& threads, bool quick, std::string tool) {
-    if (const char* e = std::getenv("PROFINFER_KERNEL_ROOF"); tool.empty() && e) tool = e;
+    if (tool.empty()) tool = knob(Knob::KernelRoof).value_or("");
 #ifdef PROFINFER_KERNEL_ROOF
     if (tool.empty()) tool = PROFINFER_KERNEL_ROOF;
 #endif

@@ -23,6 +23,9 @@ const std::vector<KnobInfo>& knobs() {
         {Knob::SqlProfile, "PROFINFER_SQL_PROFILE",
          "MS: every SQL statement on a trace that runs MS milliseconds or more, on stderr with its time (what an analysis "
          "spends its time on)"},
+        {Knob::KernelRoof, "PROFINFER_KERNEL_ROOF",
+         "PATH: the ggml_kernel_roof bench-machine times llama.cpp's decode MatMul kernel with (default: the one built with "
+         "profinfer)"},
     };
     return kKnobs;
 }

@@ -20,6 +20,7 @@ enum class Knob {
     KernelFeatures,  // PROFINFER_KERNEL_FEATURES
     PerfFaults,      // PROFINFER_PERF_FAULTS
     SqlProfile,      // PROFINFER_SQL_PROFILE
+    KernelRoof,      // PROFINFER_KERNEL_ROOF
 };
 
 struct KnobInfo {
