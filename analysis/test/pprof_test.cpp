@@ -63,6 +63,7 @@ TEST(Pprof, GoToolPprofReadsTheBlocksOfEveryArchitecture) {
         std::map<std::pair<std::string, std::string>, int64_t> ours, theirs;  // (layer frame, block) → ns
         {
             store::Database db(golden_trace(name), store::Database::Mode::ReadOnly);
+            db.keep_block_times();
             store::Statement q(db.handle(), "SELECT block_layer, block, sum(dur_ns) FROM block_times GROUP BY 1, 2");
             while (q.step())
                 ours[{q.column_is_null(0) ? "outside the layers" : "layer " + std::to_string(q.column_int(0)),

@@ -39,17 +39,26 @@ CREATE INDEX temp.call_graphs_call ON call_graphs(call);
 -- the experts' MatMuls of an MoE layer). attention: the node computes attention scores or
 -- their product with V — the KQ and KQV MatMuls (flash attention off) or FLASH_ATTN_EXT
 -- (on). A weight MatMul is a matmul that is not attention.
-CREATE TEMP VIEW node_names AS
-SELECT id, graph_seq, tensor, op, name, type, ne0, ne1, ne2, ne3,
+-- Parsed once per node definition (node_labels, node_keys: derived_nodes.sql) into a TEMP
+-- table, not per node row: on a 10-minute full-level trace of the 1B (5.67 M nodes, 310
+-- definitions) the parse per row was 15 of the 21 s of reading node_times whole.
+CREATE TEMP TABLE label_parts (key INTEGER PRIMARY KEY, op TEXT, name TEXT, type INTEGER, ne0 INTEGER, ne1 INTEGER,
+                               ne2 INTEGER, ne3 INTEGER, base TEXT, layer INTEGER, matmul INTEGER, attention INTEGER);
+INSERT INTO label_parts
+SELECT key, op, name, type, ne0, ne1, ne2, ne3,
        CASE WHEN name GLOB 'node_[0-9]*' AND stem = 'node_' THEN 'node'
             WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END AS base,
        CASE WHEN suffixed THEN CAST(substr(name, length(stem) + 1) AS INTEGER) END AS layer,
        op IN ('MUL_MAT', 'MUL_MAT_ID') AS matmul,
        (op = 'FLASH_ATTN_EXT' OR (op IN ('MUL_MAT', 'MUL_MAT_ID') AND
         (CASE WHEN suffixed THEN substr(name, 1, length(stem) - 1) ELSE name END) IN ('kq', 'kqv'))) AS attention
-FROM (SELECT n.*, rtrim(n.name, '0123456789') AS stem,
-             rtrim(n.name, '0123456789') != n.name AND rtrim(n.name, '0123456789') GLOB '?*-' AS suffixed
-      FROM nodes n);
+FROM (SELECT l.*, rtrim(l.name, '0123456789') AS stem,
+             rtrim(l.name, '0123456789') != l.name AND rtrim(l.name, '0123456789') GLOB '?*-' AS suffixed
+      FROM node_labels l);
+
+CREATE TEMP VIEW node_names AS
+SELECT k.id, k.graph_seq, k.tensor, p.op, p.name, p.type, p.ne0, p.ne1, p.ne2, p.ne3, p.base, p.layer, p.matmul, p.attention
+FROM node_keys k JOIN label_parts p ON p.key = k.key;
 
 -- One row per thread's part of a node of a recorded call. compute: from its start to the
 -- barrier that ends the node (where barriers are not traced — --level op, --wait sampled —
@@ -71,13 +80,11 @@ FROM ops o JOIN call_graphs cg ON cg.graph_seq = o.graph_seq AND cg.ops_traced
 -- its arrival at the node's barrier (compute_end_ns) to the last thread's arrival. The rest of
 -- its wait is the barrier's exit and the barrier probes' own traps (a thread alone, with
 -- nobody to wait for, still reads them: paper Fig. 6's 1-thread control). 0 without barriers.
--- (The last arrival per node grouped from ops and joined, not a window over thread_parts: on
+-- (The last arrival per node from node_spans, joined, not a window over thread_parts: on
 -- a 1024-token full-level trace of the 1B, 1.13 M parts, 2.3 s instead of 7.1.)
 CREATE TEMP VIEW thread_waits AS
-SELECT p.*, CASE WHEN p.barriers > 0 THEN l.last_compute_end_ns - p.compute_end_ns ELSE 0 END AS others_wait_ns
-FROM thread_parts p
-     JOIN (SELECT graph_seq, tensor, max(compute_end_ns) AS last_compute_end_ns FROM ops GROUP BY graph_seq, tensor) l
-       ON l.graph_seq = p.graph_seq AND l.tensor = p.tensor;
+SELECT p.*, CASE WHEN p.barriers > 0 THEN l.last_compute_end - p.compute_end_ns ELSE 0 END AS others_wait_ns
+FROM thread_parts p JOIN node_spans l ON l.graph_seq = p.graph_seq AND l.tensor = p.tensor;
 
 -- One row per node a kernel computed (a fused kernel counts once, under its first node).
 -- The node's time runs from the first thread starting it to the last thread reaching the
@@ -85,19 +92,17 @@ FROM thread_parts p
 -- graph's return). Where barriers are traced (--level full) the cut never bites; at
 -- --level op a thread's compute end is its next node's start, so the cut makes the
 -- nodes of a graph tile it: per call, operator times never add up to more than the call.
--- Cost: the whole view is one pass over ops; a query for a few graphs should name them
--- as graph_seq = N or graph_seq IN (literal list), which SQLite pushes into the window.
+-- Read from node_spans (node_spans.sql): a finished recording's table, an index lookup per
+-- graph; on a trace without it, one pass over ops — a query for a few graphs should then
+-- name them as graph_seq = N or graph_seq IN (literal list), which SQLite pushes into the
+-- window.
 CREATE TEMP VIEW node_times AS
-WITH k AS (SELECT graph_seq, tensor, min(start_ns) AS first_start, max(compute_end_ns) AS last_compute_end,
-                  max(nth) AS nth, count(*) AS parts
-           FROM ops GROUP BY graph_seq, tensor),
-     w AS (SELECT k.*, lead(first_start) OVER (PARTITION BY graph_seq ORDER BY first_start, tensor) AS next_start FROM k)
 SELECT w.graph_seq, cg.call, cg.phase, w.tensor, n.op, n.name, n.base, n.layer, n.matmul, n.attention, w.nth, w.parts,
        max(w.first_start, cg.start_ns) AS start_ns,
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns)) AS end_ns,
        max(max(w.first_start, cg.start_ns), min(w.last_compute_end, coalesce(w.next_start, cg.end_ns), cg.end_ns))
          - max(w.first_start, cg.start_ns) AS dur_ns
-FROM w JOIN call_graphs cg ON cg.graph_seq = w.graph_seq AND cg.ops_traced
+FROM node_spans w JOIN call_graphs cg ON cg.graph_seq = w.graph_seq AND cg.ops_traced
      JOIN node_names n ON n.graph_seq = w.graph_seq AND n.tensor = w.tensor;
 
 -- The nodes of recorded calls (fused partners included): what `operators` counts.
@@ -110,46 +115,10 @@ SELECT e.graph_seq, cg.call, e.tensor, e.name, n.base, n.layer, e.token, e.slot,
 FROM experts e JOIN call_graphs cg ON cg.graph_seq = e.graph_seq
      LEFT JOIN node_names n ON n.graph_seq = e.graph_seq AND n.tensor = e.tensor;
 
--- Operator time (node_times) with each node's logical block (llama.cpp's op-profiler request
--- #9659: "the same mat_mul from attention or MLP"), from names and the order the nodes ran in
--- within the call (their first start: a graph's nodes run one after another; a call may run
--- several graphs — a graph per backend split or per ubatch, one per node under an eval
--- callback). block_layer: the layer of the last layer-suffixed node at or before it in its
--- pass over the layers (llama.cpp leaves some nodes of a layer unnamed — FLASH_ATTN_EXT, the
--- attention output MatMul — or unsuffixed — Gemma 2's ffn_post_norm), NULL before the pass's
--- first layer (embeddings) and after its last layer-suffixed node (output norm, LM head).
--- block: 'attention' from the layer's first node to the residual ADD that closes attention
--- (ffn_inp-L; sa_out-L in Gemma 2, after its post-attention norm) inclusive — norm, Q/K/V,
--- RoPE, KV-cache writes, KQ, softmax, KQV, output projection; then 'moe' when the layer has
--- a MUL_MAT_ID node (router, experts, shared expert), else 'ffn'; 'rest' outside the layers.
--- A layer with no such ADD computed is attention whole: in a ubatch that asks for no output
--- llama.cpp computes the last layer's attention and skips the rest (no rows left). Per call, the blocks' times add up to the call's operator
--- time. (Ordering by graph_nodes' id — the order records first named the nodes — put
--- ffn_out-0 after ffn_inp-1 in a server's 400-token calls, whose threads' records arrive
--- interleaved.)
-CREATE TEMP VIEW block_times AS
-WITH o AS (SELECT t.*, row_number() OVER (PARTITION BY call ORDER BY graph_seq, start_ns, tensor) AS ord FROM node_times t),
-     -- Each layer-suffixed node starts a run; one whose layer is below the previous such
-     -- node's starts a new pass over the layers (the next ubatch's graph of a call that split
-     -- its batch: a server's 4 prompts of 300 tokens run 2 or 3 passes in one call).
-     n AS (SELECT o.*, count(layer) OVER (PARTITION BY call ORDER BY ord) AS run,
-                  layer IS NOT NULL AND layer < lag(layer) OVER (PARTITION BY call, layer IS NULL ORDER BY ord) AS restart
-           FROM o),
-     p AS (SELECT n.*, sum(restart) OVER (PARTITION BY call ORDER BY ord) AS pass,
-                  max(layer) OVER (PARTITION BY call, run) AS run_layer FROM n),
-     l AS (SELECT p.*, CASE WHEN run > 0 AND ord <= max(CASE WHEN layer IS NOT NULL THEN ord END) OVER (PARTITION BY call, pass)
-                            THEN run_layer END AS block_layer FROM p),
-     -- Per layer of a pass: where its attention ends, and whether it is an MoE layer (a
-     -- window over the rows, not a join of the grouped layers back to them: on a 1024-token
-     -- full-level trace of the 1B, 317 k nodes, the join took 168 s of the view's 174 s).
-     s AS (SELECT l.*, min(CASE WHEN base IN ('ffn_inp', 'sa_out') AND layer = block_layer THEN ord END) OVER w AS split,
-                  max(op = 'MUL_MAT_ID') OVER w AS moe
-           FROM l WINDOW w AS (PARTITION BY call, pass, block_layer))
-SELECT graph_seq, call, phase, tensor, op, name, base, layer, matmul, attention, nth, parts,
-       start_ns, end_ns, dur_ns, block_layer,
-       CASE WHEN block_layer IS NULL THEN 'rest' WHEN split IS NULL OR ord <= split THEN 'attention'
-            WHEN moe THEN 'moe' ELSE 'ffn' END AS block
-FROM s;
+-- block_times — operator time (node_times) with each node's logical block (block_layer,
+-- block: attention, ffn, moe or rest) — is made by Database::keep_block_times
+-- (store/src/node_blocks.cpp), per call in C++: as windows here it sorted every node of the
+-- trace once per window.
 
 -- The requests a server's calls served (batch_seqs; none for batches without sequence ids).
 -- A request is a sequence's tokens from a run whose first position does not continue the

@@ -55,6 +55,7 @@ int64_t scalar_or_zero(const fs::path& db, const std::string& sql) {
 
 void expect_blocks_tile_each_call(const fs::path& db, int layers, bool moe, const std::string& label) {
     store::Database d(db, store::Database::Mode::ReadOnly);
+    d.keep_block_times();
     const int64_t nodes = d.scalar("SELECT count(*) FROM node_times");
     ASSERT_GT(nodes, 0) << label;
     EXPECT_EQ(d.scalar("SELECT count(*) FROM block_times"), nodes) << label;

@@ -110,6 +110,12 @@ public:
     // better without it (the view's window is pushed into their graph_seq).
     void keep_node_times();
 
+    // View block_times (node_times' rows with each node's block_layer and block: attention,
+    // ffn, moe or rest; store/src/node_blocks.cpp) made for this connection: computed per
+    // call into a TEMP table on the first call, a join of node_times with it after. Readers
+    // of block_times call it first (until then the view does not exist).
+    void keep_block_times();
+
     // A trace made here (Create), written to its end: made one self-contained file — out of
     // the write-ahead log (retried while readers hold the file, up to PATIENCE), its indexes
     // built. Returns "" when the file alone holds every row, or one line saying what is still
@@ -123,6 +129,7 @@ private:
     bool writer_ = false;  // made by us (Create): left in rollback-journal mode when closed
     bool finished_ = false;
     bool node_times_kept_ = false;
+    bool block_times_kept_ = false;
     // The calls WHICH (a condition on call) leave calls, call_graphs and node_times_kept.
     void drop_calls(const std::string& which);
 };
