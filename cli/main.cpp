@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     std::function<int()> action;
     profinfer::cli::add_record(app, action);
     profinfer::cli::add_estimate(app, action);
+    profinfer::cli::add_watch(app, action);
     profinfer::cli::add_info(app, action);
     profinfer::cli::add_dag(app, action);
     profinfer::cli::add_timeline(app, action);

@@ -94,7 +94,8 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                   "profinfer dies: for harnesses, so that a killed one leaves nothing recording behind it");
     cmd->add_option("--duration", opts->duration_s,
                     "With --pid: stop recording after S seconds and detach; the process goes on untouched (a server "
-                    "profiled for a while, not to its end). The trace is complete, with meta duration_s")
+                    "profiled for a while, not to its end). The trace is complete, with meta duration_s. SIGUSR1 "
+                    "ends it the same way before then")
         ->check(number_in(0.001, 31536000))  // a year: nan, negatives and absurd bounds refused in one line
         ->needs(pid_opt);
     cmd->add_option("--max-db-mb", opts->max_db_mb,
@@ -102,6 +103,11 @@ void add_record(CLI::App& app, std::function<int()>& action) {
                     "everything recorded before the first call kept (an attach that runs for days); how many were "
                     "dropped is said at the end and in meta calls_dropped")
         ->check(number_in(1, std::numeric_limits<double>::infinity()));
+    cmd->add_option("--flush-ms", opts->flush_ms,
+                    "Look for records at least every MS ms: a target gone quiet (a server between requests) has its "
+                    "last records in the trace within that, not at its next record (one wake-up of the recorder per MS; "
+                    "default: only when records arrive)")
+        ->check(CLI::Range(1, 3600000));
     cmd->add_option("--defer-mb", opts->defer_mb,
                     "Keep the records in memory, up to M MB, and store them only when that fills or the recording "
                     "ends: the writer's work (about 1 µs per operator record) off the CPUs the target decodes on. A "

@@ -25,6 +25,7 @@ void add_predict(CLI::App& app, std::function<int()>& action);
 void add_plan(CLI::App& app, std::function<int()>& action);
 void add_board(CLI::App& app, std::function<int()>& action);
 void add_estimate(CLI::App& app, std::function<int()>& action);
+void add_watch(CLI::App& app, std::function<int()>& action);
 
 // Every analysis command reads its input through this first: one warning line on
 // stderr for a run that is not complete or lost data; an error for a trace format newer

@@ -16,6 +16,7 @@ packages=(
   python3-onnx python3-numpy   # the ONNX Runtime peer's model (experiments/peers/ort_model.py)
   bpftrace nodejs              # the overhead study: its bpftrace floor, the ONNX Runtime peer (node)
   ansible rsync                # make farm (farm/playbook.yml) and its test
+  prometheus                   # profinfer watch: its test scrapes the metrics with a Prometheus of its own
 )
 # Only the experiments' BLAS flavour needs BLIS; install it on request.
 if [[ "${1:-}" == "--with-blis" ]]; then packages+=(libblis-dev); fi

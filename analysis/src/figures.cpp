@@ -35,7 +35,6 @@ template <class Draw>
 void draw_latency_figure(store::Database& db, Draw& draw) {
     const auto meta = db.meta();
     if (!meta.has(store::MetaKey::Pid)) return;
-    const int64_t pid = meta.integer(store::MetaKey::Pid);
     std::vector<std::pair<double, double>> tokens;  // (s since the first decode call, ms)
     store::Statement t(db.handle(), "SELECT start_ns, dur_ns FROM calls WHERE phase = 'decode' ORDER BY start_ns");
     int64_t t0 = -1;
@@ -45,8 +44,7 @@ void draw_latency_figure(store::Database& db, Draw& draw) {
     }
     if (tokens.size() < 2) return;
     std::vector<double> preempted;
-    store::Statement p(db.handle(), ("SELECT ts_ns FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
-                                     std::to_string(pid) + " AND ts_ns >= " + std::to_string(t0) + " ORDER BY ts_ns").c_str());
+    store::Statement p(db.handle(), ("SELECT ts_ns FROM preemptions WHERE ts_ns >= " + std::to_string(t0) + " ORDER BY ts_ns").c_str());
     while (p.step()) preempted.push_back((p.column_int(0) - t0) / 1e9);
     const auto w = store::hog_window(meta);
     const bool hog = w.has_value();

@@ -12,6 +12,7 @@
 
 #include "profinfer/error.h"
 #include "profinfer/ggml_types.h"
+#include "profinfer/live_metrics.h"
 #include "profinfer/sampled_ops.h"
 #include "profinfer/store.h"
 
@@ -124,17 +125,7 @@ Table by_block(store::Database& db) {
 // the outputs of the later call), apportioned operator time.
 Table by_request(store::Database& db) {
     std::map<int64_t, std::vector<double>> tpot;  // request → ms per output token
-    {
-        store::Statement st(db.handle(),
-                            "SELECT request, end_ns, outputs FROM request_calls WHERE outputs > 0 ORDER BY request, call");
-        int64_t last_request = -1, last_end = 0;
-        while (st.step()) {
-            const int64_t request = st.column_int(0), end = st.column_int(1), outputs = st.column_int(2);
-            if (request == last_request)
-                for (int64_t i = 0; i < outputs; ++i) tpot[request].push_back((end - last_end) / 1e6 / double(outputs));
-            last_request = request, last_end = end;
-        }
-    }
+    for (auto& r : request_latencies(db)) tpot[r.request] = std::move(r.tpot_ms);
     Table t = query_table(db, {"request", "seq", "first_call", "last_call", "start_ms", "prompt_tokens", "generated", "ttft_ms",
                                "decode_ms", "op_ms", "op_share_pct", "begun_before"},
                           "SELECT request, seq, first_call, last_call, (start_ns - (SELECT min(start_ns) FROM calls)) / 1e6, "

@@ -74,9 +74,7 @@ void preemptions(store::Database& db, nlohmann::json& m) {
     const int64_t decode = m["decode_calls"].get<int64_t>();
     m["preempted_per_token"] =
         switches > 0 && decode > 0 && !pid.empty()
-            ? nlohmann::json(double(db.scalar("SELECT count(*) FROM sched_switch WHERE prev_state = 0 AND prev_tgid = " +
-                                              std::to_string(meta.integer(store::MetaKey::Pid)))) /
-                             double(decode))
+            ? nlohmann::json(double(db.scalar("SELECT count(*) FROM preemptions")) / double(decode))
             : nlohmann::json(nullptr);
 }
 

@@ -175,3 +175,9 @@ SELECT r.request, r.seq, min(r.call) AS first_call, max(r.call) AS last_call, mi
        sum(r.op_ns) AS op_ns, b.begun_before
 FROM request_calls r JOIN f ON f.request = r.request JOIN b ON b.request = r.request
 GROUP BY r.request;
+
+-- The traced process's threads switched out while still runnable (preempted: sched_switch
+-- prev_state 0; --level full records scheduler events), the paper's interference.
+CREATE TEMP VIEW preemptions AS
+SELECT * FROM sched_switch
+WHERE prev_state = 0 AND prev_tgid = (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'pid');

@@ -315,7 +315,6 @@ void CpuHogs::stop() {
     pids_.clear();
 }
 
-namespace {
 // A loopback port nothing listens on now (the kernel's pick for a bind to port 0).
 int free_loopback_port() {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -331,13 +330,13 @@ int free_loopback_port() {
     if (port == 0) throw std::runtime_error(std::string("no free loopback port: ") + std::strerror(errno));
     return port;
 }
-}  // namespace
 
-LlamaServer::LlamaServer(const fs::path& dir, const fs::path& model, int parallel, int ctx)
+LlamaServer::LlamaServer(const fs::path& dir, const fs::path& model, int parallel, int ctx, bool metrics)
     : dir_(dir), port_(free_loopback_port()) {
-    pid_ = spawn({llama_debug().program("llama-server"), "-m", model, "--parallel", std::to_string(parallel), "-c",
-                  std::to_string(ctx), "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port_)},
-                 dir / "server.out", dir / "server.err");
+    std::vector<std::string> argv = {llama_debug().program("llama-server"), "-m", model, "--parallel", std::to_string(parallel),
+                                     "-c", std::to_string(ctx), "-t", "2", "--host", "127.0.0.1", "--port", std::to_string(port_)};
+    if (metrics) argv.push_back("--metrics");
+    pid_ = spawn(argv, dir / "server.out", dir / "server.err");
 }
 
 bool LlamaServer::listening() {

@@ -63,13 +63,17 @@ private:
     std::vector<pid_t> pids_;
 };
 
+// A loopback port nothing listens on now (the kernel's pick for a bind to port 0).
+int free_loopback_port();
+
 // llama-server of the debug build on MODEL (PARALLEL slots, CTX tokens of context, 2
-// threads) on a free loopback port, its output in DIR/server.out and DIR/server.err.
+// threads) on a free loopback port, its output in DIR/server.out and DIR/server.err (METRICS:
+// with its own /metrics, llama-server's --metrics).
 // listening() waits (up to 120 s) until it says it listens; stop() (or the end of the scope)
 // sends SIGTERM and reaps it, returning its exit status.
 class LlamaServer {
 public:
-    LlamaServer(const std::filesystem::path& dir, const std::filesystem::path& model, int parallel, int ctx);
+    LlamaServer(const std::filesystem::path& dir, const std::filesystem::path& model, int parallel, int ctx, bool metrics = false);
     ~LlamaServer() { stop(); }
     LlamaServer(const LlamaServer&) = delete;
     LlamaServer& operator=(const LlamaServer&) = delete;

@@ -7,7 +7,7 @@
 
 #include "epoll_set.h"
 #include "profinfer/error.h"
-#include "stop_signals.h"
+#include "profinfer/stop_signals.h"
 
 namespace profinfer {
 

@@ -25,7 +25,7 @@
 #include "qos_controller.h"
 #include "record_options.h"
 #include "recording_session.h"
-#include "stop_signals.h"
+#include "profinfer/stop_signals.h"
 #include "target.h"
 #include "target_guardian.h"
 #include "tracer_program.h"

@@ -21,7 +21,7 @@
 #include "profinfer/error.h"
 #include "profinfer/events.h"
 #include "profinfer/number_text.h"
-#include "stop_signals.h"
+#include "profinfer/stop_signals.h"
 #include "target.h"
 #include "tracer_bpf.skel.h"
 
@@ -371,7 +371,7 @@ int RecordingSession::poll_until_exit() {
         }
         if (timer >= 0) {
             pollfd t{timer, POLLIN, 0};
-            if (::poll(&t, 1, 0) == 1) {
+            if (::poll(&t, 1, 0) == 1 || stop_signals::end_requested()) {
                 duration_reached_ = true;
                 end_after_the_call_under_way();
                 return -1;  // detached by the caller; the process goes on
@@ -420,6 +420,7 @@ int RecordingSession::poll_until_exit() {
             const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_commit).count();
             timeout_ms = int(std::clamp<int64_t>(kCommitEveryMs - since, 1, kCommitEveryMs));
         }
+        if (p_.opts.flush_ms > 0) timeout_ms = timeout_ms < 0 ? p_.opts.flush_ms : std::min(timeout_ms, p_.opts.flush_ms);
         if (!ends.drop_ended() && !more) wake.wait(timeout_ms);
     }
 }

@@ -72,6 +72,11 @@ struct RecordOptions {
     double duration_s = 0;
     // > 0: keep the trace under this many MB (10^6 bytes) by dropping its oldest calls whole.
     double max_db_mb = 0;
+    // Look at the ring buffer at least every FLUSH_MS ms (0: only when the BPF side wakes the
+    // recorder: once a megabyte is pending, or on the first record a second after the last
+    // wake-up). A target gone quiet (a server between requests) then has its last records
+    // in the trace within that, not at its next record (profinfer watch: live metrics).
+    int flush_ms = 0;
     // > 0: keep what the target sends in memory, up to this many MB, and store it only when
     // that fills or the recording ends: SQLite's work off the target's CPUs while it decodes.
     double defer_mb = 0;

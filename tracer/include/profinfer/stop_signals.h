@@ -15,6 +15,10 @@ bool last_from_terminal();
 // one on, so that a loop sleeping in epoll wakes for it instead of polling a flag on a
 // timer. Valid after install(); reading it is the caller's choice (level: stays readable).
 int fd();
+// SIGUSR1 arrived: a recording with --duration ends now as it would at its end (an attach
+// detaches, the trace complete) — how profinfer watch closes a segment early. Not a stop
+// signal: last() and count() do not see it.
+bool end_requested();
 // The stop signal, if one arrived, as an error: used before the command starts.
 void throw_if_stopped(const char* when);
 
