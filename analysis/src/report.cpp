@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -69,9 +70,15 @@ std::string inline_svg(const std::string& dot) {
 // sampling note also go to stderr, as every command says them.
 std::string run_section(const fs::path& path, const MachineBench* machine, const fs::path& work) {
     std::ostringstream o;
+    // The run summary on a connection of its own, beside the sections below: its passes over
+    // every thread part and node (12 of the 50 s a 10-minute full-level trace of the 1B takes
+    // here) run on the other CPU.
+    auto summary_of = std::async(std::launch::async, [path] {
+        store::Database own(path, store::Database::Mode::ReadOnly);
+        return RunSummary::load(own);
+    });
     store::Database db(path, store::Database::Mode::ReadOnly);
     db.keep_node_times();  // the sections below scan it whole five times
-    auto summary = RunSummary::load(db);
     o << "<section><h2>" << html_escape(path.filename().string()) << "</h2>\n";
     {
         const auto health = store::run_health(db);
@@ -80,49 +87,53 @@ std::string run_section(const fs::path& path, const MachineBench* machine, const
         std::string warning = store::health_warning(path.filename(), health);
         if (!warning.empty()) o << "<p class=\"warn\"><strong>" << html_escape(warning) << "</strong></p>\n";
     }
-    o << "<pre>" << html_escape(summary.to_text()) << "</pre>\n";
-    if (summary.op_records == 0 && summary.cpu_samples > 0) {  // --level op-sampled: shares, not times
-        o << "<h3>Operators, estimated from " << summary.cpu_samples
+    const bool op_records = db.scalar("SELECT EXISTS (SELECT 1 FROM thread_parts)");
+    const int64_t cpu_samples = op_records ? 0 : db.scalar("SELECT count(*) FROM cpu_samples");
+    // What follows the summary, written while it is computed; the summary goes first.
+    std::ostringstream r;
+    auto with_summary = [&] { return o.str() + "<pre>" + html_escape(summary_of.get().to_text()) + "</pre>\n" + r.str(); };
+    if (!op_records && cpu_samples > 0) {  // --level op-sampled: shares, not times
+        r << "<h3>Operators, estimated from " << cpu_samples
           << " CPU-clock samples (--level op-sampled: shares with 95 % intervals; no per-node times, no DAG)</h3>\n"
           << html_table(stats_table(db, "op-type"), 20) << "</section>\n";
-        return o.str();
+        return with_summary();
     }
-    if (summary.op_records == 0) {
-        o << "<p>No operator records (recorded at --level " << html_escape(summary.meta[store::MetaKey::Level]) << ").</p></section>\n";
-        return o.str();
+    if (!op_records) {
+        r << "<p>No operator records (recorded at --level " << html_escape(db.meta()[store::MetaKey::Level]) << ").</p></section>\n";
+        return with_summary();
     }
-    o << "<h3>Top operators</h3>\n" << html_table(stats_table(db, "op"), 15);
+    r << "<h3>Top operators</h3>\n" << html_table(stats_table(db, "op"), 15);
     TraceGraphs trace(db);
     Dag dag = Dag::build(trace, trace.default_call());
     try {
         int max_layer = -1;
         for (const auto& n : dag.nodes) max_layer = std::max(max_layer, n.layer);
         Dag block = dag.filtered(max_layer / 2, "attn");
-        o << "<h3>DAG: attention block of layer " << max_layer / 2 << ", call " << dag.call
+        r << "<h3>DAG: attention block of layer " << max_layer / 2 << ", call " << dag.call
           << " (colour: time)</h3>\n<div class=\"dag\">" << inline_svg(block.to_dot(Dag::Colour::Time))
           << "</div>\n";
     } catch (const Error& e) {
-        o << "<p>No DAG: " << html_escape(e.what()) << "</p>\n";
+        r << "<p>No DAG: " << html_escape(e.what()) << "</p>\n";
     }
     for (const auto& f : draw_figures(db, work / "figures", machine))
-        o << "<h3>" << html_escape(f.title) << "</h3>\n<img alt=\"" << html_escape(f.title) << "\" src=\"data:image/png;base64,"
+        r << "<h3>" << html_escape(f.title) << "</h3>\n<img alt=\"" << html_escape(f.title) << "\" src=\"data:image/png;base64,"
           << base64(read_text(f.png)) << "\">\n";
     if (machine) {
-        o << "<h3>Roofline (" << html_escape(machine->cpu) << ")</h3>\n";
-        o << "<p>Roofs: ";
-        for (const auto& r : machine->roofs) {
-            o << r.threads << " threads: " << r.triad_gbs << " GB/s";
-            for (const auto& [kind, g] : r.peak_gops) o << ", " << html_escape(kind) << " " << g << " G ops/s";
-            if (r.peak_gops.empty()) o << ", f32 " << r.peak_gflops << " GFLOP/s";
-            o << "; ";
+        r << "<h3>Roofline (" << html_escape(machine->cpu) << ")</h3>\n";
+        r << "<p>Roofs: ";
+        for (const auto& roof : machine->roofs) {
+            r << roof.threads << " threads: " << roof.triad_gbs << " GB/s";
+            for (const auto& [kind, g] : roof.peak_gops) r << ", " << html_escape(kind) << " " << g << " G ops/s";
+            if (roof.peak_gops.empty()) r << ", f32 " << roof.peak_gflops << " GFLOP/s";
+            r << "; ";
         }
-        o << "(" << html_escape(machine->isa) << ")";
-        o << "</p>\n" << html_table(roofline_table(db, *machine), 40);
+        r << "(" << html_escape(machine->isa) << ")";
+        r << "</p>\n" << html_table(roofline_table(db, *machine), 40);
     } else {
-        o << "<p>No roofline: no machine benchmark (run <code>profinfer bench-machine</code>).</p>\n";
+        r << "<p>No roofline: no machine benchmark (run <code>profinfer bench-machine</code>).</p>\n";
     }
-    o << "</section>\n";
-    return o.str();
+    r << "</section>\n";
+    return with_summary();
 }
 
 }  // namespace
