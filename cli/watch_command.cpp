@@ -12,22 +12,28 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "profinfer/error.h"
 #include "profinfer/experiment_runner.h"
 #include "profinfer/live_metrics.h"
+#include "profinfer/number_text.h"
 #include "profinfer/stop_signals.h"
 #include "profinfer/subprocess.h"
 #include "subcommands.h"
@@ -44,17 +50,22 @@ bool stopping() { return stop_signals::count() > 0; }
 struct WatchOptions {
     int pid = 0;
     std::string exe;  // re-attach to a new process of this executable when the target exits
+    fs::path pidfile;  // ... or to the process this file names (a restarted server writes it anew)
     fs::path dir;
     std::string level = "graph";
     double segment_s = 600, segment_mb = 0, max_db_mb = 1000, poll_s = 5;
+    double min_free_mb = -1;  // default: the smaller of --segment-mb and a tenth of the disk
     std::string listen = "127.0.0.1:9464";
 };
 
-// The serving side: a loopback (or given) address, GET /metrics answered with the last
-// exposition published, anything else 404. One connection at a time: a scraper's.
+// The serving side: a loopback (or given) address, GET /metrics answered with an exposition
+// RENDERed for it — or the last one, when it is younger than MAX_AGE_S or stale() was not
+// called since (nothing reads the trace while nobody scrapes) — anything else 404. One
+// connection at a time: a scraper's.
 class MetricsServer {
 public:
-    explicit MetricsServer(const std::string& listen) {
+    MetricsServer(const std::string& listen, std::function<std::string()> render, double max_age_s)
+        : render_(std::move(render)), max_age_(max_age_s) {
         const auto colon = listen.rfind(':');
         if (colon == std::string::npos) throw Error("--listen is HOST:PORT, not '" + listen + "'");
         sockaddr_in a{};
@@ -78,10 +89,9 @@ public:
         close(fd_);
     }
     const std::string& url() const { return url_; }
-    void publish(std::string text) {
-        std::lock_guard<std::mutex> l(mu_);
-        text_ = std::move(text);
-    }
+    // What the last exposition showed has changed (a segment closed or deleted): the next
+    // scrape renders anew, however young the last one is.
+    void stale() { stale_ = true; }
 
 private:
     void serve() {
@@ -103,7 +113,16 @@ private:
             }
             std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8";
             if (req.rfind("GET /metrics", 0) == 0) {
-                std::lock_guard<std::mutex> l(mu_);
+                const auto now = std::chrono::steady_clock::now();
+                if (stale_.exchange(false) || now - rendered_ >= std::chrono::duration<double>(max_age_)) {
+                    try {
+                        text_ = render_();
+                        rendered_ = now;
+                    } catch (const std::exception& e) {
+                        stale_ = true;  // the last exposition served; the next scrape tries again
+                        std::cerr << "profinfer watch: the metrics could not be read: " << e.what() << "\n";
+                    }
+                }
                 body = text_;
             } else {
                 status = "404 Not Found", type = "text/plain", body = "profinfer watch serves GET /metrics\n";
@@ -120,7 +139,10 @@ private:
     }
     int fd_ = -1;
     std::string url_, text_;
-    std::mutex mu_;
+    std::function<std::string()> render_;
+    double max_age_;
+    std::chrono::steady_clock::time_point rendered_{};
+    std::atomic<bool> stale_{true};
     std::atomic<bool> done_{false};
     std::thread thread_;
 };
@@ -139,6 +161,22 @@ int find_process(const std::string& exe) {
         if (!ec2 && target == want && std::stoi(n) != getpid()) return std::stoi(n);
     }
     return 0;
+}
+
+// The live process a pid file names, 0 when none (missing, empty, not a number, exited).
+int pid_in_file(const fs::path& file) {
+    std::ifstream f(file);
+    long pid = 0;
+    if (!(f >> pid) || pid <= 0 || pid > std::numeric_limits<int>::max()) return 0;
+    return alive(int(pid)) ? int(pid) : 0;
+}
+
+// Free and total MB (10^6 bytes) of the filesystem holding DIR, as an unprivileged writer
+// sees it (f_bavail); NaN when it cannot be read.
+std::pair<double, double> disk_mb(const fs::path& dir) {
+    struct statvfs v {};
+    if (statvfs(dir.c_str(), &v) != 0) return {std::nan(""), std::nan("")};
+    return {double(v.f_bavail) * double(v.f_frsize) / 1e6, double(v.f_blocks) * double(v.f_frsize) / 1e6};
 }
 
 double process_cpu_seconds(int pid) {
@@ -182,36 +220,48 @@ public:
     explicit Watcher(WatchOptions o) : o_(std::move(o)) {
         if (o_.segment_mb <= 0) o_.segment_mb = o_.max_db_mb / 4;
         fs::create_directories(o_.dir);
-        if (o_.listen != "none") server_ = std::make_unique<MetricsServer>(o_.listen);
+        if (o_.min_free_mb < 0) {
+            const double size = disk_mb(o_.dir).second;
+            o_.min_free_mb = std::isnan(size) ? o_.segment_mb : std::min(o_.segment_mb, size / 10);
+        }
+        if (o_.listen != "none") server_ = std::make_unique<MetricsServer>(o_.listen, [this] { return render(); }, o_.poll_s);
     }
 
     int run() {
         if (server_) std::cerr << "profinfer watch: metrics on " << server_->url() << "\n";
-        int pid = o_.pid ? o_.pid : find_process(o_.exe);
-        publish(nullptr, 0);
+        int pid = o_.pid ? o_.pid : find_target();
         while (!stopping()) {
             if (!alive(pid)) {
-                if (o_.exe.empty()) {
+                if (!follows()) {
                     std::cerr << "profinfer watch: process " << pid << " has exited\n";
                     break;
                 }
-                std::cerr << "profinfer watch: waiting for a process of " << o_.exe << "\n";
-                while (!stopping() && !(pid = find_process(o_.exe))) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                std::cerr << "profinfer watch: waiting for "
+                          << (o_.exe.empty() ? "a live process named in " + o_.pidfile.string() : "a process of " + o_.exe)
+                          << "\n";
+                while (!stopping() && !(pid = find_target())) std::this_thread::sleep_for(std::chrono::milliseconds(500));
                 if (stopping()) break;
             }
             record_segment(pid);
-            if (o_.exe.empty() && !alive(pid)) {
+            if (!follows() && !alive(pid)) {
                 std::cerr << "profinfer watch: process " << pid << " has exited\n";
                 break;
             }
         }
         write_manifest(pid);
+        std::lock_guard<std::mutex> l(state_mu_);
         std::cerr << "profinfer watch: " << totals_.segments_closed << " segments recorded, " << totals_.segments_deleted
                   << " deleted (oldest first) to stay under " << o_.max_db_mb << " MB; " << o_.dir.string() << "/watch.json\n";
         return 0;
     }
 
 private:
+    // --exe or --pidfile: the watcher stays when its target exits and records the next one.
+    bool follows() const { return !o_.exe.empty() || !o_.pidfile.empty(); }
+    int find_target() const { return o_.exe.empty() ? pid_in_file(o_.pidfile) : find_process(o_.exe); }
+
+    double free_mb() const { return disk_mb(o_.dir).first; }
+
     void record_segment(int pid) {
         const fs::path seg = o_.dir / ("segment-" + utc_stamp() + "-" + std::to_string(++serial_) + ".db");
         std::vector<std::string> argv = {self_executable().string(), "record", "--pid", std::to_string(pid), "--level", o_.level,
@@ -229,8 +279,12 @@ private:
         }
         std::cerr << "profinfer watch: recording process " << pid << " at --level " << o_.level << " into " << seg.string()
                   << "\n";
+        {
+            std::lock_guard<std::mutex> l(state_mu_);
+            live_ = seg, live_recorder_ = child;
+        }
         bool asked_to_close = false;
-        auto next_poll = std::chrono::steady_clock::now() + std::chrono::duration<double>(o_.poll_s);
+        auto next_disk = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         int status = 0;
         rusage ru{};
         while (true) {
@@ -240,28 +294,57 @@ private:
                 kill(child, SIGUSR1);  // ends as at its --duration: the segment closed and complete
                 asked_to_close = true;
             }
-            if (std::chrono::steady_clock::now() >= next_poll) {
-                publish(&seg, process_cpu_seconds(child));
-                next_poll = std::chrono::steady_clock::now() + std::chrono::duration<double>(o_.poll_s);
+            // The disk below its reserve (checked once a second): the oldest closed segment
+            // deleted — the one under way is the newest — or, with none left, this one closed,
+            // to be the closed one the next segment deletes. Room for the segment's write-ahead
+            // log is kept beside the reserve: closing moves the log's pages into the segment
+            // before the log goes, and would otherwise meet a full disk itself.
+            if (!asked_to_close && std::chrono::steady_clock::now() >= next_disk) {
+                next_disk = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+                std::error_code ec;
+                const auto wal = fs::file_size(seg.string() + "-wal", ec);
+                const double log_mb = ec ? 0 : double(wal) / 1e6;
+                if (const double f = free_mb(); f < o_.min_free_mb + log_mb) {
+                    const std::string why = format_double(f, "%.1f") + " MB free on the disk of " + o_.dir.string() +
+                                            ", less than --min-free-mb " + format_double(o_.min_free_mb, "%g") + " plus the " +
+                                            format_double(log_mb, "%.1f") + " MB log of the segment under way";
+                    if (!kept_.empty()) {
+                        delete_oldest("disk", "for room: " + why);
+                        write_manifest(pid);
+                    } else {
+                        std::cerr << "profinfer watch: closing " << seg.filename().string() << " for room: " << why << "\n";
+                        kill(child, SIGUSR1);
+                        asked_to_close = true;
+                    }
+                }
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
         const double cpu = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-        totals_.recorder_cpu_seconds += cpu;
+        std::optional<LiveMetrics> closed;
         if (fs::exists(seg)) {
             try {
-                totals_.add(live_metrics_of(seg));
-                ++totals_.segments_closed;
+                closed = live_metrics_of(seg);
                 kept_.push_back(seg);
             } catch (const std::exception& e) {
                 std::cerr << "profinfer watch: segment " << seg.string() << " unreadable: " << e.what() << "\n";
             }
         }
+        {
+            std::lock_guard<std::mutex> l(state_mu_);
+            live_.clear(), live_recorder_ = 0;
+            totals_.recorder_cpu_seconds += cpu;
+            if (closed) totals_.add(*closed), ++totals_.segments_closed;
+        }
         if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
             std::cerr << "profinfer watch: the recorder of " << seg.filename().string() << " exited with status "
                       << WEXITSTATUS(status) << "\n";
         enforce_bound();
-        publish(nullptr, 0);
+        // A recorder that could not even start (no segment: the disk full) leaves nothing kept
+        // from deletion, or the watcher would retry for ever beside a full disk; one that
+        // stored part of its segment before the disk filled has made it the newest, kept.
+        enforce_free(WIFEXITED(status) && WEXITSTATUS(status) != 0 && !fs::exists(seg) ? 0 : 1);
+        if (server_) server_->stale();
         write_manifest(pid);
         if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && alive(pid) && !stopping())
             std::this_thread::sleep_for(std::chrono::seconds(1));  // a recorder that cannot start: not in a tight loop
@@ -275,42 +358,73 @@ private:
             for (const auto& s : kept_) n += file_bytes(s);
             return n;
         };
-        while (kept_.size() > 1 && double(total()) > o_.max_db_mb * 1e6) {
-            const fs::path oldest = kept_.front();
-            nlohmann::json d = {{"file", oldest.filename().string()}, {"bytes", file_bytes(oldest)}};
-            try {
-                store::Database db(oldest, store::Database::Mode::ReadOnly);
-                d["calls"] = db.scalar("SELECT count(*) FROM calls");
-                d["first_call_start_ns"] = db.scalar("SELECT coalesce(min(start_ns), 0) FROM calls");
-                d["last_call_end_ns"] = db.scalar("SELECT coalesce(max(end_ns), 0) FROM calls");
-            } catch (const std::exception&) {
-            }
-            std::error_code ec;
-            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(oldest.string() + suffix, ec);
-            deleted_.push_back(d);
-            kept_.erase(kept_.begin());
-            ++totals_.segments_deleted;
-            std::cerr << "profinfer watch: deleted " << oldest.filename().string() << " (the oldest) to stay under "
-                      << o_.max_db_mb << " MB\n";
-        }
+        while (kept_.size() > 1 && double(total()) > o_.max_db_mb * 1e6)
+            delete_oldest("max-db-mb", "to stay under " + std::to_string(std::lround(o_.max_db_mb)) + " MB");
     }
 
-    void publish(const fs::path* live, double live_cpu) {
-        LiveMetrics m = totals_;
-        m.recorder_cpu_seconds += live_cpu;
-        if (live && fs::exists(*live)) {
-            try {
-                m.add(live_metrics_of(*live));  // as far as the recorder got
-            } catch (const std::exception&) {
-                // not yet a trace (its schema is being written): the next poll reads it
+    // Between segments: the oldest closed segments deleted whole while the disk has less than
+    // --min-free-mb free, KEEP of them (the newest) always kept.
+    void enforce_free(size_t keep) {
+        double f = free_mb();
+        while (kept_.size() > keep && f < o_.min_free_mb) {
+            delete_oldest("disk", "for room: " + format_double(f, "%.1f") + " MB free on the disk of " + o_.dir.string() +
+                                      ", less than --min-free-mb " + format_double(o_.min_free_mb, "%g"));
+            f = free_mb();
+        }
+        if (f < o_.min_free_mb)
+            std::cerr << "profinfer watch: " << std::lround(f) << " MB free on the disk of " << o_.dir.string() << " with "
+                      << kept_.size() << " segment(s) left: recording on\n";
+    }
+
+    void delete_oldest(const std::string& reason, const std::string& why) {
+        const fs::path oldest = kept_.front();
+        nlohmann::json d = {{"file", oldest.filename().string()}, {"bytes", file_bytes(oldest)}, {"reason", reason}};
+        try {
+            store::Database db(oldest, store::Database::Mode::ReadOnly);
+            d["calls"] = db.scalar("SELECT count(*) FROM calls");
+            d["first_call_start_ns"] = db.scalar("SELECT coalesce(min(start_ns), 0) FROM calls");
+            d["last_call_end_ns"] = db.scalar("SELECT coalesce(max(end_ns), 0) FROM calls");
+        } catch (const std::exception&) {
+        }
+        std::error_code ec;
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(oldest.string() + suffix, ec);
+        deleted_.push_back(d);
+        kept_.erase(kept_.begin());
+        {
+            std::lock_guard<std::mutex> l(state_mu_);
+            ++totals_.segments_deleted;
+        }
+        if (server_) server_->stale();
+        std::cerr << "profinfer watch: deleted " << oldest.filename().string() << " (the oldest) " << why << "\n";
+    }
+
+    // On a scrape (the server's thread): the closed segments' totals and the segment under way
+    // as far as its recorder got.
+    std::string render() {
+        LiveMetrics m;
+        fs::path live;
+        int recorder = 0;
+        {
+            std::lock_guard<std::mutex> l(state_mu_);
+            m = totals_, live = live_, recorder = live_recorder_;
+        }
+        if (!live.empty()) {
+            m.recorder_cpu_seconds += process_cpu_seconds(recorder);
+            if (fs::exists(live)) {
+                try {
+                    m.add(live_metrics_of(live));
+                } catch (const std::exception&) {
+                    // not yet a trace (its schema is being written): the next scrape reads it
+                }
             }
         }
-        if (server_) server_->publish(prometheus_exposition(m));
+        return prometheus_exposition(m);
     }
 
     void write_manifest(int pid) {
-        nlohmann::json j = {{"target_pid", pid}, {"level", o_.level}, {"max_db_mb", o_.max_db_mb},
-                            {"segment_s", o_.segment_s}, {"segment_mb", o_.segment_mb}, {"deleted", deleted_}};
+        nlohmann::json j = {{"target_pid", pid},           {"level", o_.level},           {"max_db_mb", o_.max_db_mb},
+                            {"min_free_mb", o_.min_free_mb}, {"segment_s", o_.segment_s}, {"segment_mb", o_.segment_mb},
+                            {"deleted", deleted_}};
         auto segs = nlohmann::json::array();
         for (const auto& s : kept_) segs.push_back({{"file", s.filename().string()}, {"bytes", file_bytes(s)}});
         j["segments"] = segs;
@@ -320,8 +434,11 @@ private:
     }
 
     WatchOptions o_;
-    std::unique_ptr<MetricsServer> server_;
+    std::mutex state_mu_;  // what render() reads from the server's thread: the three below
     LiveMetrics totals_;
+    fs::path live_;  // the segment under way, and its recorder
+    int live_recorder_ = 0;
+    std::unique_ptr<MetricsServer> server_;  // after what it renders from: destroyed (joined) before it
     std::vector<fs::path> kept_;
     nlohmann::json deleted_ = nlohmann::json::array();
     int serial_ = 0;
@@ -338,13 +455,19 @@ void add_watch(CLI::App& app, std::function<int()>& action) {
         "Examples:\n"
         "  profinfer watch --pid $(pidof llama-server) --dir /var/lib/profinfer\n"
         "  profinfer watch --exe /usr/bin/llama-server --dir traces --listen 127.0.0.1:9464 --max-db-mb 2000\n"
+        "  profinfer watch --pidfile /run/llama-server.pid --dir traces\n"
         "Each segment is a complete trace (profinfer info, stat, report read it); watch.json lists the segments kept and\n"
         "those deleted. SIGTERM or Ctrl-C closes the segment under way. docs/watch.md lists the metrics and PromQL queries.\n"
         "Needs what profinfer record needs (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN).");
     auto* pid = cmd->add_option("--pid", o->pid, "The process to record");
-    cmd->add_option("--exe", o->exe,
-                    "Record a process of this executable, and the next one when it exits (a restarted server)")
-        ->excludes(pid);
+    auto* exe = cmd->add_option("--exe", o->exe,
+                                "Record a process of this executable, and the next one when it exits (a restarted server)")
+                    ->excludes(pid);
+    cmd->add_option("--pidfile", o->pidfile,
+                    "Record the process this file names, and the one it names next when that exits (a restarted "
+                    "server whose supervisor rewrites the file)")
+        ->excludes(pid)
+        ->excludes(exe);
     cmd->add_option("--dir", o->dir, "Directory of the segments (created if missing)")->required();
     cmd->add_option("--level", o->level,
                     "Recording level of every segment: token, graph (default: a few probe hits per token), op-sampled "
@@ -359,13 +482,20 @@ void add_watch(CLI::App& app, std::function<int()>& action) {
                     "kept)")
         ->check(number_in(1, std::numeric_limits<double>::infinity()))
         ->capture_default_str();
+    cmd->add_option("--min-free-mb", o->min_free_mb,
+                    "Keep M MB free on the disk of --dir: below it the segment under way is closed and the oldest deleted "
+                    "whole, the newest always kept (default: the smaller of --segment-mb and a tenth of the disk)")
+        ->check(number_in(0, std::numeric_limits<double>::infinity()));
     cmd->add_option("--listen", o->listen, "Serve GET /metrics (Prometheus text format 0.0.4) on HOST:PORT (port 0: any free one); none: no server")
         ->capture_default_str();
-    cmd->add_option("--poll-s", o->poll_s, "How often the segment under way is read for the metrics")
+    cmd->add_option("--poll-s", o->poll_s,
+                    "The most often the segment under way is read for the metrics: on a scrape, when the last reading is "
+                    "older (nothing is read while nobody scrapes)")
         ->check(number_in(0.1, 3600))
         ->capture_default_str();
     cmd->callback([&action, o, pid] {
-        if (!pid->count() && o->exe.empty()) throw CLI::ValidationError("watch", "--pid or --exe is required");
+        if (!pid->count() && o->exe.empty() && o->pidfile.empty())
+            throw CLI::ValidationError("watch", "--pid, --exe or --pidfile is required");
         action = [o] {
             stop_signals::install();
             if (o->pid && !alive(o->pid)) throw Error("--pid " + std::to_string(o->pid) + ": no such process");

@@ -10,6 +10,9 @@
 namespace profinfer {
 
 std::string operator_sampling_note(store::Database& db) {
+    // Only where operators are recorded exactly: a token or graph trace has none to leave out.
+    const std::string level = db.meta()[store::MetaKey::Level];
+    if (level != "op" && level != "full") return "";
     const int64_t left_out = db.scalar("SELECT count(*) FROM calls WHERE NOT ops_traced");
     if (left_out == 0) return "";
     const int64_t calls = db.scalar("SELECT count(*) FROM calls");

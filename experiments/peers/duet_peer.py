@@ -52,6 +52,13 @@ predicted_pct: what `profinfer estimate` predicts for LEVEL from the run's own t
 machine's costs measured right after the duet (not for --budget, whose cost is asked), and
 traced_calls_pct at op and full: the share of calls whose operators were recorded (--budget's
 gate leaves the others out).
+
+LEVEL watch: `profinfer watch --pid` of the traced side as a user leaves it on a server (its
+default level and segments, the metrics endpoint on a loopback port), started once the traced
+side has loaded its model, pinned with the traced side, and scraped every SCRAPE_S seconds
+as Prometheus would (each scrape reads the segment under way); both sides are let go when it
+runs, the windows start once its segment holds decode calls (start_offset_s: from its start
+to then).
 """
 import argparse
 import json
@@ -62,7 +69,9 @@ import signal
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.request
 
 from stream_target import Target, now_ns, recording_info
 
@@ -251,7 +260,8 @@ def duet(a, copy, cpus, work):
     gate = {side: [os.path.join(work, side + ".ready"), os.path.join(work, side + ".go")] for side in ("traced", "untraced")}
     gated = lambda side: stream(side) + ["--ready", gate[side][0], "--go", gate[side][1]]
     db = os.path.join(work, "duet.db")
-    launched = a.level not in ("none", "bpftrace")  # by profinfer
+    launched = a.level not in ("none", "bpftrace", "watch")  # by profinfer
+    watching = a.level == "watch"
     if not launched:
         traced_argv = gated("traced")
     else:
@@ -270,14 +280,22 @@ def duet(a, copy, cpus, work):
     untraced = Target(["taskset", "-c", str(cpus[1])] + gated("untraced"), os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
     spent, spent_s = {}, [0.0]  # within the windows: CPU time and run-queue wait by group
+    watcher, watch_dir, scraper = None, os.path.join(work, "watch"), None
     try:
         # Both decode from the same moment (--lag: the untraced side that much later).
         ready(((traced, errs[0], gate["traced"][0]), (untraced, errs[1], gate["untraced"][0])))
+        if watching:
+            watcher = start_watch(a.profinfer, traced.proc.pid, watch_dir, cpus[0], work)
+            watch_t0 = time.monotonic()
         first, then = (("traced", "untraced") if a.lag >= 0 else ("untraced", "traced"))
         open(gate[first][1], "w").close()
         if a.lag:
             time.sleep(abs(a.lag))
         open(gate[then][1], "w").close()
+        if watching:
+            db = watch_attached(a.profinfer, watcher, watch_dir)
+            offset = time.monotonic() - watch_t0
+            scraper = Scraper(metrics_url(watcher), a.scrape_s)
         for side, err in ((traced, errs[0]), (untraced, errs[1])):
             warm(side, err, a.tokens, a.warmup)
         budget = budget_of(a.record_arg)
@@ -286,7 +304,7 @@ def duet(a, copy, cpus, work):
         for w in range(a.windows):
             on = cpus[w % 2]
             if w:  # the first window runs where the sides started
-                for pid in [traced.proc.pid] + ([bt.pid] if bt else []):
+                for pid in [traced.proc.pid] + ([bt.pid] if bt else []) + ([watcher.pid] if watcher else []):
                     pin(pid, on)
                 for pid in [untraced.proc.pid] + ([floor.pid] if floor else []):
                     pin(pid, cpus[(w + 1) % 2])
@@ -294,7 +312,7 @@ def duet(a, copy, cpus, work):
                 pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
             if w or a.recorder_apart:
                 time.sleep(a.settle)
-            groups = accounted(traced, untraced, launched, (bt, floor), a.profinfer)
+            groups = accounted(traced, untraced, launched, (bt, floor), a.profinfer, watcher)
             before = {k: schedstat(v) for k, v in groups.items()}
             start = now_ns()
             time.sleep(a.window)
@@ -308,6 +326,10 @@ def duet(a, copy, cpus, work):
                     fail(f"the {name} side exited with status {side.proc.returncode} during window {w + 1}")
             windows.append((on, rate(traced.between(start, end)), rate(untraced.between(start, end))))
     finally:
+        if scraper:
+            scraper.stop()
+        if watcher:  # first: its segment closed while the target still runs, as on a server
+            stop_watch(watcher, work)
         # SIGTERM to profinfer: it passes it on to the command and ends the recording.
         for side in (traced, untraced):
             side.stop()
@@ -327,10 +349,12 @@ def duet(a, copy, cpus, work):
         # Not against the floor (the prediction is against no probe); a run with no probe in
         # the target (noprobe) has no decode calls.
         if not a.record_arg and not a.against_bpftrace and j.get("decode_calls"):
-            predicted = predict(a, db)
+            predicted = predict(a, db, j["meta"].get("level", a.level) if watching else a.level)
     for e in errs:
         e.close()
     meta["start_offset_s"] = offset
+    if scraper:
+        meta["scrapes"] = scraper.scrapes
     # Within the windows, per second of window: the recorder's CPU (profinfer's own threads,
     # not the command's), each side's CPU and run-queue wait, bpftrace's CPU.
     for k, (run, wait) in spent.items():
@@ -340,11 +364,14 @@ def duet(a, copy, cpus, work):
     return windows, meta, predicted
 
 
-def accounted(traced, untraced, launched, bpftraces, profinfer):
+def accounted(traced, untraced, launched, bpftraces, profinfer, watcher=None):
     """The processes whose time the windows account: the recorder (profinfer's processes), each
     side's decode (the command profinfer launched, or the side's own process), bpftrace."""
     groups = {"untraced": [untraced.proc.pid]}
-    if launched:  # profinfer and its helper processes (its guardian) against the command's tree
+    if watcher:  # the watcher and its segment's recorder
+        groups["recorder"] = tree(watcher.pid)
+        groups["traced"] = [traced.proc.pid]
+    elif launched:  # profinfer and its helper processes (its guardian) against the command's tree
         exe = os.path.realpath(profinfer)
         ours = lambda p: os.path.realpath(f"/proc/{p}/exe") == exe if os.path.exists(f"/proc/{p}/exe") else False
         pids = tree(traced.proc.pid)
@@ -380,14 +407,91 @@ def stop_bpftrace(bt):
         bt.communicate()
 
 
-def predict(a, db):
-    """What `profinfer estimate` predicts for the run's level from its own trace and this
+def start_watch(profinfer, pid, into, cpu, work):
+    """`profinfer watch --pid PID` with its defaults but a free loopback port, pinned to CPU."""
+    err = open(os.path.join(work, "watch.err"), "w+")
+    w = subprocess.Popen(["taskset", "-c", str(cpu), profinfer, "watch", "--pid", str(pid), "--dir", into,
+                          "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=err)
+    w.err = err
+    return w
+
+
+def watch_failed(watcher, what):
+    watcher.err.seek(0)
+    fail(f"profinfer watch {what}: {watcher.err.read().strip()[-1500:]}")
+
+
+def watch_attached(profinfer, watcher, into, limit_s=120):
+    """The watcher's first segment once it holds decode calls (its recorder attached and
+    flushing); returns its path."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if watcher.poll() is not None:
+            watch_failed(watcher, f"exited with status {watcher.returncode}")
+        segs = sorted(f for f in os.listdir(into) if f.startswith("segment-") and f.endswith(".db")) if os.path.isdir(into) else []
+        if segs:
+            db = os.path.join(into, segs[0])
+            r = subprocess.run([profinfer, "info", "--json", db], capture_output=True, text=True)
+            if r.returncode == 0 and (json.loads(r.stdout).get("decode_calls") or 0) > 0:
+                return db
+        time.sleep(0.5)
+    watch_failed(watcher, f"recorded no decode call within {limit_s} s")
+
+
+def metrics_url(watcher):
+    """The URL the watcher said it serves its metrics on."""
+    watcher.err.seek(0)
+    for line in watcher.err.read().splitlines():
+        if line.startswith("profinfer watch: metrics on "):
+            return line.split()[-1]
+    watch_failed(watcher, "named no metrics URL")
+
+
+class Scraper:
+    """GET URL every EVERY_S seconds, as Prometheus scrapes (the first at once)."""
+
+    def __init__(self, url, every_s):
+        self.scrapes, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(url, every_s), daemon=True)
+        self._thread.start()
+
+    def _run(self, url, every_s):
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=10).read()
+                self.scrapes += 1
+            except OSError:
+                pass
+            if self._done.wait(every_s):
+                return
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+
+
+def stop_watch(watcher, work):
+    """SIGTERM, as a user ends it: its segment closed and complete."""
+    watcher.send_signal(signal.SIGTERM)
+    try:
+        watcher.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        watcher.wait()
+    if watcher.returncode != 0:
+        watch_failed(watcher, f"ended with status {watcher.returncode}")
+    watcher.err.close()
+
+
+def predict(a, db, level):
+    """What `profinfer estimate` predicts for LEVEL from the run's own trace and this
     machine's costs, measured now (both sides stopped)."""
     r = subprocess.run([a.profinfer, "estimate", db, "--json", "--seconds", "1"], capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"profinfer estimate exited with status {r.returncode}: {r.stderr.strip()[-1000:]}")
+    level_asked = level
     for level in json.loads(r.stdout)["levels"]:
-        if level["level"] == a.level:
+        if level["level"] == level_asked:
             return level["slowdown_pct"]
     return None
 
@@ -396,7 +500,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="the streaming target (experiments/peers/evalcb_peer.cpp)")
     ap.add_argument("model")
-    ap.add_argument("--level", required=True, help="none (A/A), bpftrace (the floor) or a record --level")
+    ap.add_argument("--level", required=True,
+                    help="none (A/A), bpftrace (the floor), watch (profinfer watch as left on a server) or a record --level")
     ap.add_argument("--record-arg", action="append", default=[], help="one more argument of profinfer record (repeatable)")
     ap.add_argument("--profinfer", required=True)
     ap.add_argument("--bpftrace", help="level bpftrace: the script, on the original libraries' paths (run on the copy's)")
@@ -410,6 +515,8 @@ def main():
     ap.add_argument("--windows", type=int, default=4, help="windows, the sides swapped between the CPUs after each")
     ap.add_argument("--settle", type=float, default=0.3, help="seconds after a swap before the next window")
     ap.add_argument("--cpus", default="0,1", help="the two CPUs")
+    ap.add_argument("--scrape-s", type=float, default=15.0,
+                    help="level watch: seconds between two scrapes of its metrics (Prometheus' common 15 s)")
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
@@ -449,6 +556,7 @@ def main():
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0),
            "traced_calls_pct": meta.get("traced_calls_pct"),
+           "scrapes": meta.get("scrapes"),
            **{k: meta[k] for k in sorted(meta) if k.startswith("window_")}}
     print(json.dumps(out))
 

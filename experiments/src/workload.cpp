@@ -207,18 +207,19 @@ std::vector<std::string> attach_program(const RunOptions& opt, const SweepPoint&
 // Two single-thread streaming decodes at once, one per CPU, the traced one under `profinfer
 // record` on its own copy of the libraries: the peer measures both over common windows,
 // swapping their CPUs between windows (no DB kept). none: the A/A duet; bpftrace: the floor
-// on the copy; op-vs-bpftrace: op on the copy, the floor on the other side's libraries.
+// on the copy; op-vs-bpftrace: op on the copy, the floor on the other side's libraries; watch:
+// `profinfer watch --pid` of the traced side at its defaults (its level, segments, metrics).
 std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
     const std::string& tracer = p.at("tracer");
     if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
     static const std::set<std::string> kTracers = {"none",     "bpftrace",  "token",   "graph",   "op-sampled",
                                                    "op",       "full",      "op-trap", "op-nosend", "op-defer",
                                                    "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer",
-                                                   "op-vs-bpftrace"};
+                                                   "op-vs-bpftrace", "watch"};
     if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
         throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
                     "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer, bpftrace (the "
-                    "floor) or op-vs-bpftrace (op against the floor), not " + tracer);
+                    "floor), op-vs-bpftrace (op against the floor) or watch (profinfer watch at its defaults), not " + tracer);
     std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
                                         evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),
                                         "--board", opt.board, "--tokens", p.at("gen")};

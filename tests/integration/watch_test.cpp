@@ -219,3 +219,105 @@ TEST(Watch, AWatcherKilledOutrightLeavesTheServerAndEverySegment) {
     EXPECT_GE(manifest["deleted"].size(), 1u) << manifest.dump();
     EXPECT_TRUE(server.stop().has_value());
 }
+
+// --pidfile: a server restarted under a supervisor that writes the pid file anew. The watcher
+// records the first server, waits while none runs, then records the second: one segment
+// each, each naming its own process and holding the request it served, both closed whole.
+TEST(Watch, APidfileFollowsARestartedServer) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    // One request served, and recorded in the newest segment (the recorder fully attached:
+    // a target stopped while its recorder still attaches leaves no segment).
+    const std::string load = std::string(PROFINFER_SOURCE_DIR) + "/experiments/server_load.py";
+    auto served_and_recorded = [&](LlamaServer& s, const std::string& name) {
+        auto l = run({"python3", load, "--url", s.url(), "--clients", "1", "--requests", "1", "--predict", "4,4",
+                      "--synthetic-vocab", "-o", (d / (name + ".jsonl")).string()});
+        if (l.status != 0) return "the load generator failed: " + l.err;
+        if (!wait_until([&] { return !segments(d / "segs").empty() && scalar_or_zero(segments(d / "segs").back(), "SELECT count(*) FROM calls") > 0; },
+                        std::chrono::seconds(30)))
+            return "no call of the " + name + " server in the newest segment: " + read_file(d / "watch.err");
+        return std::string();
+    };
+    const fs::path pidfile = d / "server.pid";
+    fs::create_directories(d / "a");
+    fs::create_directories(d / "b");
+    auto first = std::make_unique<LlamaServer>(d / "a", tiny_model("llama3.2-1b"), 1, 2048);
+    ASSERT_TRUE(first->listening()) << first->log();
+    const pid_t first_pid = first->pid();
+    std::ofstream(pidfile) << first_pid << "\n";
+    pid_t watch = spawn({profinfer_bin(), "watch", "--pidfile", pidfile.string(), "--dir", (d / "segs").string(),
+                         "--listen", "none", "--poll-s", "0.5"},
+                        {}, d / "watch.err");
+    ASSERT_TRUE(wait_until([&] { return attached(d / "segs"); }, std::chrono::seconds(120))) << read_file(d / "watch.err");
+    ASSERT_EQ(served_and_recorded(*first, "first"), "");
+    EXPECT_TRUE(first->stop().has_value());
+    first.reset();
+    ASSERT_TRUE(wait_until([&] { return read_file(d / "watch.err").find("waiting for a live process named in") != std::string::npos; },
+                           std::chrono::seconds(60)))
+        << read_file(d / "watch.err");
+    LlamaServer second(d / "b", tiny_model("llama3.2-1b"), 1, 2048);
+    ASSERT_TRUE(second.listening()) << second.log();
+    std::ofstream(pidfile.string() + ".tmp") << second.pid() << "\n";
+    fs::rename(pidfile.string() + ".tmp", pidfile);  // as a supervisor replaces it
+    ASSERT_TRUE(wait_until([&] { return segments(d / "segs").size() == 2 && attached(d / "segs"); }, std::chrono::seconds(120)))
+        << read_file(d / "watch.err");
+    ASSERT_EQ(served_and_recorded(second, "second"), "");
+    kill(watch, SIGTERM);
+    EXPECT_EQ(reap(watch, std::chrono::seconds(120)), std::optional<int>(0)) << read_file(d / "watch.err");
+    const auto segs = segments(d / "segs");
+    ASSERT_EQ(segs.size(), 2u);
+    EXPECT_EQ(scalar_or_zero(segs[0], "SELECT value FROM meta WHERE key = 'pid'"), first_pid);
+    EXPECT_EQ(scalar_or_zero(segs[1], "SELECT value FROM meta WHERE key = 'pid'"), second.pid());
+    for (const auto& s : segs) {
+        auto info = run({profinfer_bin(), "info", s.string(), "--json"});
+        ASSERT_EQ(info.status, 0) << s << info.err;
+        EXPECT_EQ(nlohmann::json::parse(info.out)["status"], "complete") << s;
+    }
+    EXPECT_EQ(nlohmann::json::parse(read_file(d / "segs/watch.json"))["target_pid"], second.pid());
+    EXPECT_TRUE(second.stop().has_value());
+}
+
+// A disk that fills long before the size bound: the watcher deletes the oldest segment whole
+// (or closes the one under way when it is the only one) and says so (stderr, watch.json's
+// deleted with reason "disk"), and records on; the target decodes on throughout, and every
+// segment left is readable.
+TEST(Watch, AFullDiskDropsTheOldestAndSaysSo) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    TmpfsMount small(d / "segs", "10m");
+    ASSERT_TRUE(small.ok) << "cannot mount a tmpfs: " << std::strerror(errno);
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "1", "--no-callback"}, d / "out");
+    ASSERT_TRUE(wait_until([&] { return lines_in(d / "out") >= 3; }, std::chrono::seconds(60)));
+    // The tiny model's calls at graph level: ~0.5 MB a second of segment and log here, the
+    // 10 MB disk short of room within ~20 s (a machine that decodes slower takes longer).
+    pid_t watch = spawn({profinfer_bin(), "watch", "--pid", std::to_string(target), "--dir", small.dir.string(),
+                         "--min-free-mb", "2", "--listen", "none", "--poll-s", "0.5"},
+                        {}, d / "watch.err");
+    auto deleted_for_room = [&] {
+        const auto m = nlohmann::json::parse(read_file(small.dir / "watch.json"), nullptr, false);
+        if (m.is_discarded()) return size_t(0);
+        return size_t(std::count_if(m["deleted"].begin(), m["deleted"].end(), [](const auto& e) { return e["reason"] == "disk"; }));
+    };
+    const bool freed = wait_until([&] { return deleted_for_room() >= 2; }, std::chrono::seconds(300));
+    const int64_t calls_then = lines_in(d / "out");
+    kill(watch, SIGTERM);
+    const auto watch_status = reap(watch, std::chrono::seconds(120));
+    const std::string err = read_file(d / "watch.err");
+    // The target decoded on: more calls after the watcher has gone.
+    EXPECT_TRUE(wait_until([&] { return lines_in(d / "out") > calls_then + 10; }, std::chrono::seconds(30)));
+    kill(target, SIGKILL);
+    reap(target, std::chrono::seconds(10));
+    ASSERT_TRUE(freed) << err;
+    EXPECT_EQ(watch_status, std::optional<int>(0)) << err;
+    EXPECT_NE(err.find("(the oldest) for room: "), std::string::npos) << err;
+    EXPECT_NE(err.find("less than --min-free-mb 2"), std::string::npos) << err;
+    const auto manifest = nlohmann::json::parse(read_file(small.dir / "watch.json"));
+    for (const auto& e : manifest["deleted"]) EXPECT_FALSE(fs::exists(small.dir / e["file"].get<std::string>())) << e;
+    const auto segs = segments(small.dir);
+    ASSERT_GE(segs.size(), 1u) << err;
+    EXPECT_LE(segs.size(), manifest["segments"].size() + 1) << manifest.dump();
+    for (const auto& s : segs) {
+        auto info = run({profinfer_bin(), "info", s.string(), "--json"});
+        EXPECT_EQ(info.status, 0) << s << info.err;
+    }
+}
