@@ -2,7 +2,7 @@
 # profinfer watch left on a loaded llama-server (issue 54's soak): the watcher's and its
 # recorders' RSS, the segment directory's size against --max-db-mb, lost records and the
 # requests counted, sampled every 30 s, into OUT/README.md and OUT/samples.csv. The decode
-# slowdown of the watch level is not measured here (the overhead study's duet method is).
+# slowdown of the watcher is not measured here (duets: experiments/specs/watch-duet.toml).
 #
 #   scripts/watch-soak.sh [--minutes M] [--out DIR] [--max-db-mb MB] [--level L]
 #
@@ -74,13 +74,14 @@ for s in "$work/segs"/*.db; do
   segs=$((segs + 1))
   "$P" info "$s" --json >/dev/null 2>&1 && segs_ok=$((segs_ok + 1))
 done
-# First and last tenth of the samples (a 60-minute run: its first and last 6 minutes).
+# First and last 10 minutes of the samples (a run under 30 minutes: its first and last tenth).
 python3 - "$csv" "$out/README.md" "$minutes" "$level" "$bound" "$completed" "$final_ttft" "$final_lost" "$final_cpu" \
   "$deleted" "$segs" "$segs_ok" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" "$(uname -r)" <<'EOF'
 import csv, statistics, sys, datetime
 (path, readme, minutes, level, bound, completed, ttft, lost, cpu, deleted, segs, segs_ok, cpu_model, kernel) = sys.argv[1:]
 rows = list(csv.DictReader(open(path)))
-k = max(1, len(rows) // 10)
+k = 20 if len(rows) >= 60 else max(1, len(rows) // 10)
+span = "10 minutes" if k == 20 else "tenth"
 med = lambda rs, c: statistics.median(float(r[c]) for r in rs)
 w0, w1 = med(rows[:k], "watcher_rss_kb"), med(rows[-k:], "watcher_rss_kb")
 r0, r1 = med(rows[:k], "recorder_rss_kb"), med(rows[-k:], "recorder_rss_kb")
@@ -91,14 +92,14 @@ with open(readme, "w") as f:
             f"llama-server (pinned debug build) on llama3.2-1b q4_0, 2 threads, 2 slots; 2 clients, 16-64 generated tokens "
             f"a request, 500 ms between a client's requests; `profinfer watch --level {level} --max-db-mb {bound} "
             f"--segment-s 120`. A sample every 30 s ({len(rows)} in all): samples.csv.\n\n")
-    f.write("| what | first tenth | last tenth |\n|---|---|---|\n")
+    f.write(f"| what | first {span} | last {span} |\n|---|---|---|\n")
     f.write(f"| watcher RSS (median) | {w0/1024:.1f} MB | {w1/1024:.1f} MB ({100*(w1-w0)/w0:+.1f} %) |\n")
-    f.write(f"| recorder RSS (median, the segment's child) | {r0/1024:.1f} MB | {r1/1024:.1f} MB |\n\n")
+    f.write(f"| recorder RSS (median, the segment's child) | {r0/1024:.1f} MB | {r1/1024:.1f} MB ({100*(r1-r0)/r0:+.1f} %) |\n\n")
     f.write(f"- Segment directory at most {top/1e6:.1f} MB against a bound of {bound} MB (closed segments; the one under way on top); "
             f"{deleted} segments deleted, {segs} left, {segs_ok} of them read by `profinfer info`.\n")
     f.write(f"- Requests the load completed: {completed}; time-to-first-token observations: {ttft} (a request whose start fell "
             f"between two segments is not observed: docs/watch.md).\n")
     f.write(f"- Lost records: {lost}. Recorder CPU: {float(cpu):.1f} s over {minutes} minutes.\n")
-    f.write("- Not measured here: the decode slowdown of the watch level (the overhead study's duet method).\n")
+    f.write("- Not measured here: the watcher's decode slowdown (duets: results/host/watch-duet).\n")
 EOF
 cat "$out/README.md" >&2
