@@ -8,12 +8,12 @@
 #
 #   --minutes M     how long (default 60)
 #   --out DIR       default results/host/watch-soak
-#   --max-db-mb MB  the watcher's bound (default 40: reached within minutes at graph level)
+#   --max-db-mb MB  the watcher's bound (default 8: graph level fills ~12 MB an hour here, so 40 is never reached in 60 minutes)
 #   --level L       watch level (default graph, the watcher's default)
 # Needs root and a built profinfer (make build) and llama.cpp (scripts/llama.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-minutes=60 out=results/host/watch-soak bound=40 level=graph
+minutes=60 out=results/host/watch-soak bound=8 level=graph
 while [[ $# -gt 0 ]]; do
   case $1 in
     --minutes) minutes=$2; shift 2;;
