@@ -329,7 +329,7 @@ def duet(a, copy, cpus, work):
         if scraper:
             scraper.stop()
         if watcher:  # first: its segment closed while the target still runs, as on a server
-            stop_watch(watcher, work)
+            stop_watch(watcher)
         # SIGTERM to profinfer: it passes it on to the command and ends the recording.
         for side in (traced, untraced):
             side.stop()
@@ -396,15 +396,21 @@ def start_bpftrace(script, cpu):
     fail(f"bpftrace exited with status {bt.returncode} before attaching: {said[-500:]}")
 
 
+def end(proc, sig, limit_s):
+    """SIG to PROC, killed if it has not ended within LIMIT_S seconds; its status."""
+    proc.send_signal(sig)
+    try:
+        proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+    return proc.returncode
+
+
 def stop_bpftrace(bt):
     """Its counts are not read; an end that hangs (bpftrace once sat in epoll_wait for 9
     minutes after its SIGINT, 2026-12-06) is cut after 30 s."""
-    bt.send_signal(signal.SIGINT)
-    try:
-        bt.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        bt.kill()
-        bt.communicate()
+    end(bt, signal.SIGINT, 30)
 
 
 def start_watch(profinfer, pid, into, cpu, work):
@@ -470,15 +476,9 @@ class Scraper:
         self._thread.join()
 
 
-def stop_watch(watcher, work):
+def stop_watch(watcher):
     """SIGTERM, as a user ends it: its segment closed and complete."""
-    watcher.send_signal(signal.SIGTERM)
-    try:
-        watcher.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        watcher.wait()
-    if watcher.returncode != 0:
+    if end(watcher, signal.SIGTERM, 120) != 0:
         watch_failed(watcher, f"ended with status {watcher.returncode}")
     watcher.err.close()
 
