@@ -286,7 +286,9 @@ TEST(Watch, AFullDiskDropsTheOldestAndSaysSo) {
     TempDir d;
     TmpfsMount small(d / "segs", "10m");
     ASSERT_TRUE(small.ok) << "cannot mount a tmpfs: " << std::strerror(errno);
-    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "100000", "1", "--no-callback"}, d / "out");
+    // Decoding for longer than the test needs on any machine (it is killed at the end): the
+    // disk fills with calls, so a faster machine fills it in fewer seconds as well.
+    pid_t target = spawn({graph_dump_bin(), tiny_model("llama3.2-1b"), "Hello", "400000", "1", "--no-callback"}, d / "out");
     ASSERT_TRUE(wait_until([&] { return lines_in(d / "out") >= 3; }, std::chrono::seconds(60)));
     // The tiny model's calls at graph level: ~0.5 MB a second of segment and log here, the
     // 10 MB disk short of room within ~20 s (a machine that decodes slower takes longer).
