@@ -59,6 +59,13 @@ side has loaded its model, pinned with the traced side, and scraped every SCRAPE
 as Prometheus would (each scrape reads the segment under way); both sides are let go when it
 runs, the windows start once its segment holds decode calls (start_offset_s: from its start
 to then).
+
+--attach: the traced side started by the peer like the untraced one, and `profinfer record
+--pid` of it at LEVEL (pinned with it) started once both sides have loaded their models — the
+same probes as launched, attached as to a server that already runs: what launching the command
+(forked by profinfer, held at a pipe, the loader watched from its first instruction, its tree
+followed) adds is the launched level's duet minus this one's. The windows start once the
+recording holds decode calls; the recorder is stopped (SIGTERM) before the sides.
 """
 import argparse
 import json
@@ -260,7 +267,7 @@ def duet(a, copy, cpus, work):
     gate = {side: [os.path.join(work, side + ".ready"), os.path.join(work, side + ".go")] for side in ("traced", "untraced")}
     gated = lambda side: stream(side) + ["--ready", gate[side][0], "--go", gate[side][1]]
     db = os.path.join(work, "duet.db")
-    launched = a.level not in ("none", "bpftrace", "watch")  # by profinfer
+    launched = a.level not in ("none", "bpftrace", "watch") and not a.attach  # by profinfer
     watching = a.level == "watch"
     if not launched:
         traced_argv = gated("traced")
@@ -281,11 +288,15 @@ def duet(a, copy, cpus, work):
     windows, meta = [], {}
     spent, spent_s = {}, [0.0]  # within the windows: CPU time and run-queue wait by group
     watcher, watch_dir, scraper = None, os.path.join(work, "watch"), None
+    attacher = None  # --attach: `profinfer record --pid` of the traced side
     try:
         # Both decode from the same moment (--lag: the untraced side that much later).
         ready(((traced, errs[0], gate["traced"][0]), (untraced, errs[1], gate["untraced"][0])))
         if watching:
             watcher = start_watch(a.profinfer, traced.proc.pid, watch_dir, cpus[0], work)
+            watch_t0 = time.monotonic()
+        if a.attach:
+            attacher = start_attached(a, traced.proc.pid, db, cpus[0], work)
             watch_t0 = time.monotonic()
         first, then = (("traced", "untraced") if a.lag >= 0 else ("untraced", "traced"))
         open(gate[first][1], "w").close()
@@ -296,6 +307,9 @@ def duet(a, copy, cpus, work):
             db = watch_attached(a.profinfer, watcher, watch_dir)
             offset = time.monotonic() - watch_t0
             scraper = Scraper(metrics_url(watcher), a.scrape_s)
+        if attacher:
+            holds_calls(a.profinfer, attacher, lambda: db, "profinfer record --pid")
+            offset = time.monotonic() - watch_t0
         for side, err in ((traced, errs[0]), (untraced, errs[1])):
             warm(side, err, a.tokens, a.warmup)
         budget = budget_of(a.record_arg)
@@ -304,7 +318,7 @@ def duet(a, copy, cpus, work):
         for w in range(a.windows):
             on = cpus[w % 2]
             if w:  # the first window runs where the sides started
-                for pid in [traced.proc.pid] + ([bt.pid] if bt else []) + ([watcher.pid] if watcher else []):
+                for pid in [traced.proc.pid] + [p.pid for p in (bt, watcher, attacher) if p]:
                     pin(pid, on)
                 for pid in [untraced.proc.pid] + ([floor.pid] if floor else []):
                     pin(pid, cpus[(w + 1) % 2])
@@ -312,7 +326,7 @@ def duet(a, copy, cpus, work):
                 pin(traced.proc.pid, cpus[(w + 1) % 2], descendants=False)
             if w or a.recorder_apart:
                 time.sleep(a.settle)
-            groups = accounted(traced, untraced, launched, (bt, floor), a.profinfer, watcher)
+            groups = accounted(traced, untraced, launched, (bt, floor), a.profinfer, watcher or attacher)
             before = {k: schedstat(v) for k, v in groups.items()}
             start = now_ns()
             time.sleep(a.window)
@@ -329,7 +343,9 @@ def duet(a, copy, cpus, work):
         if scraper:
             scraper.stop()
         if watcher:  # first: its segment closed while the target still runs, as on a server
-            stop_watch(watcher)
+            stop_profinfer(watcher, "profinfer watch")
+        if attacher:  # first too: detached while the target runs, its recording complete
+            stop_profinfer(attacher, "profinfer record --pid")
         # SIGTERM to profinfer: it passes it on to the command and ends the recording.
         for side in (traced, untraced):
             side.stop()
@@ -368,7 +384,7 @@ def accounted(traced, untraced, launched, bpftraces, profinfer, watcher=None):
     """The processes whose time the windows account: the recorder (profinfer's processes), each
     side's decode (the command profinfer launched, or the side's own process), bpftrace."""
     groups = {"untraced": [untraced.proc.pid]}
-    if watcher:  # the watcher and its segment's recorder
+    if watcher:  # the watcher and its segment's recorder, or the attached recorder
         groups["recorder"] = tree(watcher.pid)
         groups["traced"] = [traced.proc.pid]
     elif launched:  # profinfer and its helper processes (its guardian) against the command's tree
@@ -422,26 +438,43 @@ def start_watch(profinfer, pid, into, cpu, work):
     return w
 
 
-def watch_failed(watcher, what):
-    watcher.err.seek(0)
-    fail(f"profinfer watch {what}: {watcher.err.read().strip()[-1500:]}")
+def said_and_failed(proc, what, who="profinfer watch"):
+    """Fail with what PROC (the watcher, or an attached recorder) said on its stderr."""
+    proc.err.seek(0)
+    fail(f"{who} {what}: {proc.err.read().strip()[-1500:]}")
 
 
-def watch_attached(profinfer, watcher, into, limit_s=120):
-    """The watcher's first segment once it holds decode calls (its recorder attached and
-    flushing); returns its path."""
+def holds_calls(profinfer, proc, find_db, who, limit_s=120):
+    """The recording PROC writes (FIND_DB: its path, or None while there is none) once it holds
+    decode calls (the recorder attached and flushing); returns its path."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if watcher.poll() is not None:
-            watch_failed(watcher, f"exited with status {watcher.returncode}")
-        segs = sorted(f for f in os.listdir(into) if f.startswith("segment-") and f.endswith(".db")) if os.path.isdir(into) else []
-        if segs:
-            db = os.path.join(into, segs[0])
+        if proc.poll() is not None:
+            said_and_failed(proc, f"exited with status {proc.returncode}", who)
+        db = find_db()
+        if db and os.path.exists(db):
             r = subprocess.run([profinfer, "info", "--json", db], capture_output=True, text=True)
             if r.returncode == 0 and (json.loads(r.stdout).get("decode_calls") or 0) > 0:
                 return db
         time.sleep(0.5)
-    watch_failed(watcher, f"recorded no decode call within {limit_s} s")
+    said_and_failed(proc, f"recorded no decode call within {limit_s} s", who)
+
+
+def watch_attached(profinfer, watcher, into):
+    """The watcher's first segment once it holds decode calls; returns its path."""
+    def first_segment():
+        segs = sorted(f for f in os.listdir(into) if f.startswith("segment-") and f.endswith(".db")) if os.path.isdir(into) else []
+        return os.path.join(into, segs[0]) if segs else None
+    return holds_calls(profinfer, watcher, first_segment, "profinfer watch")
+
+
+def start_attached(a, pid, db, cpu, work):
+    """`profinfer record --pid PID --level LEVEL` into DB, pinned to CPU (--attach)."""
+    err = open(os.path.join(work, "record.err"), "w+")
+    r = subprocess.Popen(["taskset", "-c", str(cpu), a.profinfer, "record", "--pid", str(pid), "--level", a.level,
+                          "--board", a.board, "-o", db] + a.record_arg, stdout=subprocess.DEVNULL, stderr=err)
+    r.err = err
+    return r
 
 
 def metrics_url(watcher):
@@ -450,7 +483,7 @@ def metrics_url(watcher):
     for line in watcher.err.read().splitlines():
         if line.startswith("profinfer watch: metrics on "):
             return line.split()[-1]
-    watch_failed(watcher, "named no metrics URL")
+    said_and_failed(watcher, "named no metrics URL")
 
 
 class Scraper:
@@ -476,11 +509,11 @@ class Scraper:
         self._thread.join()
 
 
-def stop_watch(watcher):
-    """SIGTERM, as a user ends it: its segment closed and complete."""
-    if end(watcher, signal.SIGTERM, 120) != 0:
-        watch_failed(watcher, f"ended with status {watcher.returncode}")
-    watcher.err.close()
+def stop_profinfer(proc, who):
+    """SIGTERM, as a user ends it: its recording (the watcher's segment) closed and complete."""
+    if end(proc, signal.SIGTERM, 120) != 0:
+        said_and_failed(proc, f"ended with status {proc.returncode}", who)
+    proc.err.close()
 
 
 def predict(a, db, level):
@@ -520,6 +553,8 @@ def main():
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
+    ap.add_argument("--attach", action="store_true",
+                    help="`profinfer record --pid` of the traced side started by the peer (not launched by profinfer)")
     ap.add_argument("--recorder-apart", action="store_true",
                     help="profinfer's own threads on the untraced side's CPU (the traced command alone on its own)")
     a = ap.parse_args()
@@ -530,6 +565,8 @@ def main():
         fail("level bpftrace needs --bpftrace SCRIPT")
     if a.against_bpftrace and a.level in ("none", "bpftrace"):
         fail("--against-bpftrace compares a profinfer level with the floor, not " + a.level)
+    if a.attach and a.level in ("none", "bpftrace", "watch"):
+        fail("--attach attaches profinfer record at a level, not " + a.level)
     if a.windows < 2 or a.windows % 2:
         fail("--windows must be even (each CPU holds the traced side as often), at least 2")
     a.libs = library_dir(a.target)

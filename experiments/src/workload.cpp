@@ -46,6 +46,23 @@ std::string bpftrace_script(const SweepPoint& p, bool stream) {
            ":ggml_compute_forward_rms_norm_mul_fused " + action;
 }
 
+// The graph level's hooks (llama_decode, ggml_backend_graph_compute_async, ggml_graph_compute:
+// entries and returns), counted by bpftrace: the graph level's floor (duet tracer bpftrace-graph).
+std::string bpftrace_graph_script(const SweepPoint& p) {
+    const auto install = LlamaInstall::locate(p.at("backend") == "cpu" ? "debug" : p.at("backend"), false);
+    if (install.libggml_cpu.size() != 1)
+        throw Error("tracer bpftrace-graph needs a llama.cpp build with one CPU library; " + install.flavour + " has " +
+                    std::to_string(install.libggml_cpu.size()));
+    const std::vector<std::pair<std::string, std::string>> hooks = {
+        {install.libllama.string(), "llama_decode"},
+        {install.libggml_base.string(), "ggml_backend_graph_compute_async"},
+        {install.libggml_cpu.front().string(), "ggml_graph_compute"}};
+    std::string script;
+    for (const char* kind : {"uprobe", "uretprobe"})
+        for (const auto& [lib, fn] : hooks) script += (script.empty() ? "" : ", ") + std::string(kind) + ":" + lib + ":" + fn;
+    return script + " { @[tid] = count(); }";
+}
+
 }  // namespace
 
 BpftraceFloor::BpftraceFloor(const std::string& script, bool stream) {
@@ -133,6 +150,8 @@ Recording recording_of(const std::string& tracer, const std::string& spec_level)
     if (tracer == "op-sampled-timer") return {"op-sampled", {"--sample-hz", "250"}};
     // The decomposition of op's cost: probes that trap and return, or do all but send.
     if (tracer == "op-trap" || tracer == "op-nosend") return {"op", {"--ablate", tracer == "op-trap" ? "trap" : "send"}};
+    // The level attached to the running command (record --pid), not launched by profinfer.
+    if (tracer == "token-attached" || tracer == "graph-attached") return {tracer.substr(0, tracer.find('-')), {}};
     // Recorded at token level with no probe in the target: the cost of being recorded.
     if (tracer == "noprobe" || tracer == "noprobe-apart") return {"token", {"--ablate", "attach"}};
     if (tracer.size() > 7 && tracer.substr(tracer.size() - 7) == "-paired") {
@@ -207,19 +226,23 @@ std::vector<std::string> attach_program(const RunOptions& opt, const SweepPoint&
 // Two single-thread streaming decodes at once, one per CPU, the traced one under `profinfer
 // record` on its own copy of the libraries: the peer measures both over common windows,
 // swapping their CPUs between windows (no DB kept). none: the A/A duet; bpftrace: the floor
-// on the copy; op-vs-bpftrace: op on the copy, the floor on the other side's libraries; watch:
-// `profinfer watch --pid` of the traced side at its defaults (its level, segments, metrics).
+// on the copy (bpftrace-graph: on the graph level's hooks); op-vs-bpftrace: op on the copy, the
+// floor on the other side's libraries; watch:
+// `profinfer watch --pid` of the traced side at its defaults (its level, segments, metrics);
+// LEVEL-attached: `profinfer record --pid` of the traced side, which the peer started.
 std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
     const std::string& tracer = p.at("tracer");
     if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
     static const std::set<std::string> kTracers = {"none",     "bpftrace",  "token",   "graph",   "op-sampled",
                                                    "op",       "full",      "op-trap", "op-nosend", "op-defer",
                                                    "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer",
-                                                   "op-vs-bpftrace", "watch"};
+                                                   "op-vs-bpftrace", "watch", "token-attached", "graph-attached",
+                                                   "bpftrace-graph"};
     if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
         throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
                     "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer, bpftrace (the "
-                    "floor), op-vs-bpftrace (op against the floor) or watch (profinfer watch at its defaults), not " + tracer);
+                    "floor), bpftrace-graph (the floor on the graph level's hooks), op-vs-bpftrace (op against the floor), watch (profinfer watch at its defaults), token-attached or "
+                    "graph-attached (record --pid of the running command), not " + tracer);
     std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
                                         evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),
                                         "--board", opt.board, "--tokens", p.at("gen")};
@@ -227,8 +250,10 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     for (const auto& a : r.args) program.push_back("--record-arg=" + a);
     // apart: profinfer's own threads on the untraced side's CPU.
     if (tracer == "noprobe-apart") program.push_back("--recorder-apart");
-    program.insert(program.end(), {"--level", r.level});
+    if (tracer.size() > 9 && tracer.substr(tracer.size() - 9) == "-attached") program.push_back("--attach");
+    program.insert(program.end(), {"--level", tracer == "bpftrace-graph" ? "bpftrace" : r.level});
     if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
+    if (tracer == "bpftrace-graph") program.insert(program.end(), {"--bpftrace", bpftrace_graph_script(p)});
     if (tracer == "op-vs-bpftrace") program.insert(program.end(), {"--against-bpftrace", bpftrace_script(p, false)});
     return program;
 }

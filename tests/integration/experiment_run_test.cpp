@@ -632,6 +632,45 @@ metrics = ["duet_slowdown_pct"]
     EXPECT_TRUE(by["none"]["duet_untraced_wait_ms_s"].is_number()) << by["none"].dump();
 }
 
+// graph-attached: the same duet, the traced side started by the peer and `profinfer record
+// --pid` attached to it (not launched by profinfer): the windows start once the recording holds
+// decode calls, the recorder's CPU is accounted, and its trace is complete enough for `estimate`
+// to predict the level.
+TEST(ExperimentRun, AnAttachedDuetRecordsTheSideThePeerStarted) {
+    PROFINFER_REQUIRE_BPF();
+    TempDir d;
+    std::ofstream(d / "spec.toml") << R"(
+name = "tiny-duet-attached"
+title = "Tiny attached duets"
+level = "graph"
+scale = "tiny"
+[[sweep]]
+program = ["duet"]
+model = ["llama3.2-1b"]
+type = ["q4_0"]
+threads = [1]
+gen = [32]
+tracer = ["graph-attached"]
+[figure]
+x = "tracer"
+metrics = ["duet_slowdown_pct"]
+)";
+    const fs::path out = d / "out";
+    auto r = run({profinfer_bin(), "experiment", "run", d / "spec.toml", "-o", out, "--rounds", "1"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto by = points_by_tracer(out);
+    ASSERT_EQ(by.size(), 1u);
+    const auto& row = by["graph-attached"];
+    SCOPED_TRACE(row.dump());
+    ASSERT_TRUE(row["duet_slowdown_pct"].is_number());
+    EXPECT_GT(row["duet_traced_tps"].get<double>(), 0);
+    ASSERT_TRUE(row["duet_recorder_cpu_ms_s"].is_number());
+    EXPECT_GT(row["duet_recorder_cpu_ms_s"].get<double>(), 0);
+    EXPECT_LT(row["duet_recorder_cpu_ms_s"].get<double>(), 500);
+    ASSERT_TRUE(row["predicted_slowdown_pct"].is_number());
+    EXPECT_GT(row["predicted_slowdown_pct"].get<double>(), 0);
+}
+
 // Separate runs with their A/A and predictions ([outputs] predicted): tracer none-again is
 // llama-bench untraced once more in each round (no trace), and each traced run of a level
 // asks `profinfer estimate` on its own trace what that level should cost; vs-baseline shows
