@@ -105,21 +105,14 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                     if (r.threads != *threads)
                         throw Error(*machine_file + " has no roofs at " + std::to_string(*threads) +
                                     " threads (profinfer bench-machine --threads " + std::to_string(*threads) + ")");
-                    roofs.triad_gbs = r.triad_gbs, roofs.peak_gops = r.peak_for(kind), cpu = mb.cpu;
-                    if (auto k = r.kernels.find(*type); k != r.kernels.end())
-                        roofs = {roofs.triad_gbs,         roofs.peak_gops,          k->second.stream_gbs,      k->second.stream_gbs_lo,
-                                 k->second.stream_gbs_hi, k->second.stream_mid_gbs, k->second.stream_small_gbs};
+                    roofs = decode_roofs_of(r, *type), cpu = mb.cpu;
                     if (kernel && !(roofs.kernel_stream_gbs > 0))
                         throw Error(*machine_file + " has no roof of llama.cpp's " + *type + " kernel at " + std::to_string(*threads) +
                                     " threads, which this model is in (" + (mb.kernels.empty() ? "a bench-machine older than the kernel roofs" : mb.kernels) +
                                     "): run profinfer bench-machine again on that machine");
                 } else {
                     for (const auto& r : e->at("fitted_on").at("roofs"))
-                        if (r.value("threads", 0) == *threads)
-                            roofs = {r.value("triad_gbs", 0.0),          r.value("peak_gops", 0.0),
-                                     r.value("kernel_stream_gbs", 0.0),  r.value("kernel_stream_gbs_lo", 0.0),
-                                     r.value("kernel_stream_gbs_hi", 0.0), r.value("kernel_stream_mid_gbs", 0.0),
-                                     r.value("kernel_stream_small_gbs", 0.0)};
+                        if (r.value("threads", 0) == *threads) roofs = perf::Models::DecodeRoofs::from_json(r);
                     if (!(roofs.triad_gbs > 0))
                         throw Error(*models + " was fitted without " + std::to_string(*threads) +
                                     " threads: give the machine's roofs at that count (--machine machine.json)");
@@ -136,13 +129,8 @@ void add_predict(CLI::App& app, std::function<int()>& action) {
                     outside = "the card streams " + format_double(mb) + " MB of weights a token, outside the fitted " +
                               format_double(range.at(0).get<double>()) + "-" + format_double(range.at(1).get<double>()) + " MB";
                 j["model"] = "roofs";
-                j["machine"] = {{"cpu", cpu}, {"triad_gbs", roofs.triad_gbs}, {"peak_gops", roofs.peak_gops}, {"compute_kind", kind},
-                                {"from", machine_file->empty() ? "the fitting machine" : *machine_file}};
-                if (kernel)
-                    j["machine"].update({{"kernel_stream_gbs", roofs.kernel_stream_gbs}, {"kernel_stream_gbs_lo", roofs.kernel_stream_gbs_lo},
-                                         {"kernel_stream_gbs_hi", roofs.kernel_stream_gbs_hi},
-                                         {"kernel_stream_mid_gbs", roofs.kernel_stream_mid_gbs},
-                                         {"kernel_stream_small_gbs", roofs.kernel_stream_small_gbs}});
+                j["machine"] = {{"cpu", cpu}, {"compute_kind", kind}, {"from", machine_file->empty() ? "the fitting machine" : *machine_file}};
+                j["machine"].update(roofs.to_json(kernel));
             } else {
                 if (!machine_file->empty())
                     throw Error(*models + " has no decode model in the machine's terms for backend " + *backend + ", type " + *type +

@@ -8,7 +8,16 @@
 
 #include "profinfer/error.h"
 
-namespace profinfer::fit {
+namespace profinfer {
+
+perf::Models::DecodeRoofs decode_roofs_of(const MachineRoof& r, const std::string& type) {
+    auto k = r.kernels.find(type);
+    if (k == r.kernels.end()) return {r.triad_gbs, r.peak_for(fit::compute_kind_of(type)), 0, 0, 0};
+    return {r.triad_gbs,           r.peak_for(fit::compute_kind_of(type)), k->second.stream_gbs,       k->second.stream_gbs_lo,
+            k->second.stream_gbs_hi, k->second.stream_mid_gbs,         k->second.stream_small_gbs};
+}
+
+namespace fit {
 
 // Decode speed in the machine's terms, so that it travels. Where bench-machine timed llama.cpp's own
 // decode MatMul kernel for the weight type (ggml_kernel_roof) at every thread count, time per token =
@@ -66,13 +75,6 @@ double predict(const LinearFit& f, const Speed& s) {
     return ms;
 }
 
-perf::Models::DecodeRoofs roofs_of(const MachineRoof& r, const std::string& type) {
-    auto k = r.kernels.find(type);
-    if (k == r.kernels.end()) return {r.triad_gbs, r.peak_for(compute_kind_of(type)), 0, 0, 0};
-    return {r.triad_gbs,           r.peak_for(compute_kind_of(type)), k->second.stream_gbs,       k->second.stream_gbs_lo,
-            k->second.stream_gbs_hi, k->second.stream_mid_gbs,         k->second.stream_small_gbs};
-}
-
 double mean_of(const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
@@ -80,6 +82,7 @@ double mean_of(const std::vector<double>& v) {
 }
 
 }  // namespace
+
 
 Table fit_decode_roofs(FitContext& c) {
     auto& md = c.md;
@@ -163,12 +166,12 @@ Table fit_decode_roofs(FitContext& c) {
     for (auto& [key, pts] : groups) {
         const auto& [backend, type] = key;
         bool kernel = true;  // every point's thread count has the kernel roof for the type
-        for (const auto& p : pts) kernel = kernel && roofs_of(machine.at(p.threads), type).kernel_stream_gbs > 0;
+        for (const auto& p : pts) kernel = kernel && decode_roofs_of(machine.at(p.threads), type).kernel_stream_gbs > 0;
         const std::vector<std::string>& names = kernel ? kKernelTerms : kRoofTerms;
         for (size_t i = 0; i < pts.size(); ++i) {
             const ModelCard& card = cards[key][i];
             pts[i].terms = *perf::Models::decode_terms(card_matmuls(card), int(card.layers), bytes_per_elem(type), names,
-                                                       roofs_of(machine.at(pts[i].threads), type));
+                                                       decode_roofs_of(machine.at(pts[i].threads), type));
         }
         std::string coefs, terms;
         auto f_text = [&](const LinearFit& f) {
@@ -261,12 +264,8 @@ Table fit_decode_roofs(FitContext& c) {
         }
         nlohmann::json roofs = nlohmann::json::array();
         for (int th : threads) {
-            const auto r = roofs_of(machine.at(th), type);
-            roofs.push_back({{"threads", th}, {"triad_gbs", r.triad_gbs}, {"peak_gops", r.peak_gops}});
-            if (kernel)
-                roofs.back().update({{"kernel_stream_gbs", r.kernel_stream_gbs}, {"kernel_stream_gbs_lo", r.kernel_stream_gbs_lo},
-                                     {"kernel_stream_gbs_hi", r.kernel_stream_gbs_hi}, {"kernel_stream_mid_gbs", r.kernel_stream_mid_gbs},
-                                     {"kernel_stream_small_gbs", r.kernel_stream_small_gbs}});
+            roofs.push_back(nlohmann::json{{"threads", th}});
+            roofs.back().update(decode_roofs_of(machine.at(th), type).to_json(kernel));
         }
         double lo_mb = INFINITY, hi_mb = 0;
         for (const auto& p : pts) lo_mb = std::min(lo_mb, p.weight_mb), hi_mb = std::max(hi_mb, p.weight_mb);
@@ -293,4 +292,5 @@ Table fit_decode_roofs(FitContext& c) {
     return tab;
 }
 
-}  // namespace profinfer::fit
+}  // namespace fit
+}  // namespace profinfer

@@ -143,6 +143,23 @@ public:
         // kernel_stream_gbs is its 2048 × 8192 class); 0: not measured, kernel_stream_gbs for all.
         double kernel_stream_mid_gbs = 0, kernel_stream_small_gbs = 0;
 
+        // As models.json keeps them (a decode_roofs entry's fitted_on roofs, predict's machine):
+        // the kernel's rates only where KERNEL (a model in the kernel's terms).
+        nlohmann::json to_json(bool kernel) const {
+            nlohmann::json j{{"triad_gbs", triad_gbs}, {"peak_gops", peak_gops}};
+            if (kernel)
+                j.update({{"kernel_stream_gbs", kernel_stream_gbs}, {"kernel_stream_gbs_lo", kernel_stream_gbs_lo},
+                          {"kernel_stream_gbs_hi", kernel_stream_gbs_hi}, {"kernel_stream_mid_gbs", kernel_stream_mid_gbs},
+                          {"kernel_stream_small_gbs", kernel_stream_small_gbs}});
+            return j;
+        }
+        static DecodeRoofs from_json(const nlohmann::json& j) {
+            return {j.value("triad_gbs", 0.0),          j.value("peak_gops", 0.0),
+                    j.value("kernel_stream_gbs", 0.0),  j.value("kernel_stream_gbs_lo", 0.0),
+                    j.value("kernel_stream_gbs_hi", 0.0), j.value("kernel_stream_mid_gbs", 0.0),
+                    j.value("kernel_stream_small_gbs", 0.0)};
+        }
+
         // The kernel's streaming rate for a weight of ELEMENTS (M × K): interpolated in
         // log(elements) between the classes measured (2048 × 256, 2048 × 2048, 2048 × 8192),
         // the nearest class's beyond them.

@@ -11,7 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profinfer/machine_bench.h"
+#include "profinfer/perf_models.h"
+
 namespace profinfer {
+
+// The roofs a decode model in the machine's terms divides by, for weights of TYPE, from one
+// thread count's bench-machine roofs (its kernel's rates where it measured TYPE's kernel): the
+// fit reads the fitting machine's this way, `predict --machine` another machine's.
+perf::Models::DecodeRoofs decode_roofs_of(const MachineRoof& r, const std::string& type);
 
 struct FitResult {
     nlohmann::json models;                       // what models.json holds
