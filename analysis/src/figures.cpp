@@ -237,7 +237,8 @@ Figure draw_timeline(store::Database& db, const fs::path& dir, const std::string
         throw Error("llama_decode call " + std::to_string(call) + " has no operator records (record with --level op or full)");
     Plotter p(dir);
     return p.draw(id, "One decode step (llama_decode call " + std::to_string(call) + ", " + std::to_string(nodes.size()) +
-                          " CPU operators" + (vulkan ? ") per CPU thread and the Vulkan backend's host side" : ") per thread"),
+                          " CPU operators" + (trace.inside_hog_window(call) ? ", inside the hog's window" : "") +
+                          (vulkan ? ") per CPU thread and the Vulkan backend's host side" : ") per thread"),
                   [&](Gnuplot& gp) {
         gp << "set xlabel 'time since the call began (ms)'\nset ylabel '" << (vulkan ? "track" : "thread (ith)")
            << "'\nset yrange [-0.6:" << threads + (vulkan ? 1 : 0) - 0.4 << "]\nset xrange [0:"

@@ -53,16 +53,25 @@ std::optional<int64_t> Node::counter(int slot) const {
     return sum;
 }
 
-TraceGraphs::TraceGraphs(store::Database& db) : db_(db) {
+TraceGraphs::TraceGraphs(store::Database& db) : db_(db), hog_(store::hog_window(db.meta())) {
     store::Statement st(db_.handle(), "SELECT phase, n_tokens, start_ns, end_ns FROM calls ORDER BY call");
     while (st.step())
         calls_.push_back({int(calls_.size()), st.column_text(0), st.column_int(1), st.column_int(2), st.column_int(3)});
 }
 
+bool TraceGraphs::inside_hog_window(int call) const {
+    const DecodeCall& c = calls_.at(size_t(call));
+    return hog_ && c.start_ns >= hog_->start_ns && c.end_ns <= hog_->stop_ns;
+}
+
 int TraceGraphs::default_call() const {
-    std::vector<int> decode;
+    std::vector<int> decode, in_hog;
     for (const auto& c : calls_)
-        if (c.phase == "decode") decode.push_back(c.index);
+        if (c.phase == "decode") {
+            decode.push_back(c.index);
+            if (inside_hog_window(c.index)) in_hog.push_back(c.index);
+        }
+    if (!in_hog.empty()) return in_hog[in_hog.size() / 2];
     if (!decode.empty()) return decode[decode.size() / 2];
     if (calls_.empty()) throw Error("the trace has no llama_decode calls");
     return calls_.back().index;

@@ -95,6 +95,75 @@ void hog_speeds(store::Database& db, nlohmann::json& m) {
     }
 }
 
+// Paper Fig. 8's picture: with a hog on one of two inference cores "the two inference threads
+// share" the other, and "when it frees, both run in parallel". parallel_pct: the share of the
+// decode calls' time during which two or more of the target's threads were on a CPU at once,
+// from the scheduler records (sched_switch: each run of a target thread on a CPU, from the
+// switch onto it to the switch off it); parallel_pct_{before,during,after}_hog: the same over
+// the calls that began before, inside and after the hog's window. Null without scheduler
+// records (levels below full) or, per part, without calls in it.
+void parallel_share(store::Database& db, nlohmann::json& m) {
+    m["parallel_pct"] = nullptr;
+    for (const char* part : {"before", "during", "after"}) m[std::string("parallel_pct_") + part + "_hog"] = nullptr;
+    const std::string pid = db.meta()[store::MetaKey::Pid];
+    if (pid.empty() || db.scalar("SELECT count(*) FROM sched_switch") == 0) return;
+    std::vector<std::pair<int64_t, int64_t>> calls;  // decode calls: start, end
+    {
+        store::Statement st(db.handle(), "SELECT start_ns, end_ns FROM calls WHERE phase = 'decode' ORDER BY start_ns");
+        while (st.step()) calls.emplace_back(st.column_int(0), st.column_int(1));
+    }
+    if (calls.empty()) return;
+    // +1 where a target thread goes onto a CPU, -1 where it leaves; a thread already on a CPU
+    // when the records begin counts from the first call, one still on at the end to the last.
+    const int64_t t0 = calls.front().first, t1 = calls.back().second;
+    std::vector<std::pair<int64_t, int>> edges;
+    std::map<int64_t, bool> on;  // CPU -> a target thread is on it
+    store::Statement st(db.handle(), ("SELECT ts_ns, cpu, prev_tgid = " + pid + ", next_tgid = " + pid +
+                                      " FROM sched_switch ORDER BY ts_ns").c_str());
+    while (st.step()) {
+        const int64_t ts = st.column_int(0), cpu = st.column_int(1);
+        const bool prev = st.column_int(2) != 0, next = st.column_int(3) != 0;
+        auto it = on.find(cpu);
+        if (prev) edges.push_back({ts, -1});
+        if (prev && it == on.end()) edges.push_back({std::min(ts, t0), +1});  // on since before the records
+        if (next) edges.push_back({ts, +1});
+        on[cpu] = next;
+    }
+    for (const auto& [cpu, running] : on)
+        if (running) edges.push_back({std::max(t1, edges.empty() ? t1 : edges.back().first), -1});
+    std::sort(edges.begin(), edges.end());
+    // Time with two or more running inside [a, b), by a walk over the edges.
+    std::vector<std::pair<int64_t, int64_t>> both;  // intervals with >= 2 running
+    int running = 0;
+    int64_t since = 0;
+    for (const auto& [ts, d] : edges) {
+        const int before = running;
+        running += d;
+        if (before < 2 && running >= 2) since = ts;
+        if (before >= 2 && running < 2 && ts > since) both.push_back({since, ts});
+    }
+    auto overlap = [&](int64_t a, int64_t b) {
+        int64_t t = 0;
+        auto it = std::lower_bound(both.begin(), both.end(), std::make_pair(a, int64_t(0)),
+                                   [](const auto& x, const auto& y) { return x.second < y.first; });
+        for (; it != both.end() && it->first < b; ++it) t += std::max<int64_t>(0, std::min(b, it->second) - std::max(a, it->first));
+        return t;
+    };
+    const auto w = store::hog_window(db.meta());
+    double par[4] = {0, 0, 0, 0}, dur[4] = {0, 0, 0, 0};  // all, before, during, after
+    for (const auto& [a, b] : calls) {
+        const double p = double(overlap(a, b)), d = double(b - a);
+        par[0] += p, dur[0] += d;
+        if (w) {
+            const int k = a < w->start_ns ? 1 : a <= w->stop_ns ? 2 : 3;
+            par[k] += p, dur[k] += d;
+        }
+    }
+    const char* names[] = {"parallel_pct", "parallel_pct_before_hog", "parallel_pct_during_hog", "parallel_pct_after_hog"};
+    for (int k = 0; k < (w ? 4 : 1); ++k)
+        if (dur[k] > 0) m[names[k]] = number_or_null(100.0 * par[k] / dur[k]);
+}
+
 // What `profinfer estimate` predicted for the recording's level (noted in the trace by the
 // runner in a study with [outputs] predicted = true): beside the measured slowdown. Absent elsewhere.
 void predicted_slowdown(store::Database& db, nlohmann::json& m) {
@@ -300,7 +369,8 @@ nlohmann::json trace_metrics(store::Database& db) {
     nlohmann::json m = nlohmann::json::object();
     db.keep_node_times();  // a dozen metrics scan it whole
     for (auto* metric : {decode_speed, prefill_speed, operator_shares, wait_share, preemptions, hog_speeds, growth_within_run,
-                         gpu_share, weight_stream_and_blocks, kq_over_weight, moe, wait_by_kind, predicted_slowdown})
+                         gpu_share, weight_stream_and_blocks, kq_over_weight, moe, wait_by_kind, predicted_slowdown,
+                         parallel_share})
         metric(db, m);  // in this order: preemptions reads decode_calls
     return m;
 }

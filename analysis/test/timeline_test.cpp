@@ -7,7 +7,9 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "profinfer/store.h"
 #include "profinfer/timeline.h"
+#include "profinfer/trace_graph.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -159,4 +161,37 @@ TEST(Timeline, TheDefaultWindowIsTheFirstCallsThatFit) {
     auto one = default_call_window(db, 1);
     ASSERT_TRUE(one);
     EXPECT_EQ(one->last, 0);
+}
+
+// Fig. 8's timeline: in a trace with a hog's window (the interference study's), the decode
+// step drawn by default is one wholly inside the window — the middle of those — not the
+// middle of the whole run, which may fall before or after the hog.
+TEST(Timeline, TheDefaultDecodeStepOfAHogRunIsInsideTheHogsWindow) {
+    TempDir d;
+    const fs::path db_path = d / "t.db";
+    fs::copy_file(golden_trace("qwen2.5-1.5b-full"), db_path);
+    std::vector<DecodeCall> calls;
+    int untouched = -1;
+    {
+        store::Database db(db_path, store::Database::Mode::ReadOnly);
+        TraceGraphs t(db);
+        calls = t.calls();
+        untouched = t.default_call();
+        EXPECT_FALSE(t.inside_hog_window(untouched));  // no window: nothing is inside one
+    }
+    std::vector<int> decode;
+    for (const auto& c : calls)
+        if (c.phase == "decode") decode.push_back(c.index);
+    ASSERT_GE(decode.size(), 4u);
+    // A window over the first few decode calls, away from the run's middle.
+    const DecodeCall& first = calls.at(size_t(decode[0])), &last = calls.at(size_t(decode[1]));
+    ASSERT_LT(last.index, untouched);
+    store::note_hog_window(db_path, {first.start_ns - 1, last.end_ns + 1});
+    store::Database db(db_path, store::Database::Mode::ReadOnly);
+    TraceGraphs t(db);
+    const int chosen = t.default_call();
+    EXPECT_GE(chosen, first.index);
+    EXPECT_LE(chosen, last.index);
+    EXPECT_TRUE(t.inside_hog_window(chosen));
+    EXPECT_FALSE(t.inside_hog_window(untouched));
 }

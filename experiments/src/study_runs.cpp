@@ -80,7 +80,9 @@ const std::vector<MetricInfo>& study_metrics() {
         {"duet_untraced_wait_ms_s", "ms waiting to run per s"},
         {"kernel_stream_gbs", "GB/s of weights"}, {"kernel_stream_mid_gbs", "GB/s of weights"},
         {"kernel_stream_small_gbs", "GB/s of weights"}, {"kernel_cache_gops", "G ops/s"},
-        {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"}};
+        {"decode_tps_before_hog", "tokens/s"}, {"decode_tps_during_hog", "tokens/s"}, {"decode_tps_after_hog", "tokens/s"},
+        {"parallel_pct", "% of decode time"}, {"parallel_pct_before_hog", "% of decode time"},
+        {"parallel_pct_during_hog", "% of decode time"}, {"parallel_pct_after_hog", "% of decode time"}};
     return kMetrics;
 }
 

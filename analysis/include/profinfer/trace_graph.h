@@ -74,8 +74,12 @@ public:
     // DB: an open trace, read while this lives.
     explicit TraceGraphs(store::Database& db);
     const std::vector<DecodeCall>& calls() const { return calls_; }
-    // The middle decode call (the paper's "target decode iteration"), or the last call.
+    // The middle decode call (the paper's "target decode iteration"), or the last call. A
+    // trace with a hog's window (the interference study's, meta hog_start_ns/hog_stop_ns): the
+    // middle of the decode calls wholly inside it, where there are any (Fig. 8's point).
     int default_call() const;
+    // CALL lies wholly inside the trace's hog window (false without one).
+    bool inside_hog_window(int call) const;
     std::vector<Node> nodes(int call) const;
     std::vector<std::string> counter_names() const { return db_.counter_names(); }  // by slot; "" where unused
     store::Database& db() { return db_; }
@@ -83,6 +87,7 @@ public:
 private:
     store::Database& db_;
     std::vector<DecodeCall> calls_;
+    std::optional<store::HogWindow> hog_;  // the trace's hog window, if it has one
 };
 
 }  // namespace profinfer
