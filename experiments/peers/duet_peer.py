@@ -60,6 +60,10 @@ as Prometheus would (each scrape reads the segment under way); both sides are le
 runs, the windows start once its segment holds decode calls (start_offset_s: from its start
 to then).
 
+--start-after S: the untraced side started S seconds after the traced one (with nothing traced,
+the start order of a launched run, whose untraced side starts once profinfer has released the
+traced command, ~0.1 s later).
+
 --attach: the traced side started by the peer like the untraced one, and `profinfer record
 --pid` of it at LEVEL (pinned with it) started once both sides have loaded their models — the
 same probes as launched, attached as to a server that already runs: what launching the command
@@ -284,6 +288,9 @@ def duet(a, copy, cpus, work):
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
     offset = released(traced.proc.pid, a.target, copy) if launched else 0.0
+    if a.start_after > 0:  # the control of a launched run's start: the untraced side that much later
+        time.sleep(a.start_after)
+        offset += a.start_after
     untraced = Target(["taskset", "-c", str(cpus[1])] + gated("untraced"), os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
     spent, spent_s = {}, [0.0]  # within the windows: CPU time and run-queue wait by group
@@ -553,6 +560,9 @@ def main():
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
+    ap.add_argument("--start-after", type=float, default=0.0, metavar="S",
+                    help="start the untraced side S seconds after the traced one (after profinfer released it, "
+                         "launched): a launched run's start order, as a control with nothing traced")
     ap.add_argument("--attach", action="store_true",
                     help="`profinfer record --pid` of the traced side started by the peer (not launched by profinfer)")
     ap.add_argument("--recorder-apart", action="store_true",

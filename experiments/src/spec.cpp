@@ -53,7 +53,7 @@ void check_file_name_part(const std::string& v, const std::string& what) {
 // The programs a point can run, and the tracers it can run under (docs/experiments.md).
 bool known_tracer(const std::string& t) {
     static const std::set<std::string> kTracers = {
-        "level", "none", "none-again", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-vs-bpftrace", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace", "watch", "token-attached", "graph-attached", "bpftrace-graph",
+        "level", "none", "none-again", "token", "graph", "op-sampled", "op", "full", "full-exact", "op-trap", "op-nosend", "op-defer", "op-idle", "op-vs-bpftrace", "op-sampled-timer", "noprobe", "noprobe-apart", "bpftrace", "watch", "token-attached", "graph-attached", "bpftrace-graph", "none-start-lag",
         "bpftrace-stream", "op-paired", "full-paired", "op-detach-paired", "trap-detach-paired", "full-detach-paired",
         "evalcb", "dump-dot", "ort-profile"};
     if (kTracers.count(t)) return true;

@@ -16,6 +16,7 @@
 #include "profinfer/experiment_runner.h"
 #include "profinfer/knobs.h"
 #include "profinfer/llama_install.h"
+#include "profinfer/number_text.h"
 #include "profinfer/subprocess.h"
 
 namespace fs = std::filesystem;
@@ -31,6 +32,10 @@ constexpr int kPairedWindow = 8, kDetachWindow = 32;
 constexpr int kServeRequests = 16;
 // Program attach: seconds per window and pairs of windows (attached, detached) per run.
 constexpr int kAttachWindow = 4, kAttachPairs = 2;
+// Tracer none-start-lag: seconds the untraced side of an A/A duet starts after the traced one,
+// as in a launched run (profinfer's release of its command: start_offset_s 0.115-0.12 s in
+// overhead-duet-launch, 2026-12-07).
+constexpr double kLaunchStartLagS = 0.12;
 
 // The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
 // or prints hits of the same functions (paper Table 5's bpftrace comparison).
@@ -150,6 +155,8 @@ Recording recording_of(const std::string& tracer, const std::string& spec_level)
     if (tracer == "op-sampled-timer") return {"op-sampled", {"--sample-hz", "250"}};
     // The decomposition of op's cost: probes that trap and return, or do all but send.
     if (tracer == "op-trap" || tracer == "op-nosend") return {"op", {"--ablate", tracer == "op-trap" ? "trap" : "send"}};
+    // The A/A duet with the untraced side started as late as a launched run's (its start order alone).
+    if (tracer == "none-start-lag") return {"none", {}};
     // The level attached to the running command (record --pid), not launched by profinfer.
     if (tracer == "token-attached" || tracer == "graph-attached") return {tracer.substr(0, tracer.find('-')), {}};
     // Recorded at token level with no probe in the target: the cost of being recorded.
@@ -237,12 +244,13 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
                                                    "op",       "full",      "op-trap", "op-nosend", "op-defer",
                                                    "op-idle",  "noprobe",  "noprobe-apart", "op-sampled-timer",
                                                    "op-vs-bpftrace", "watch", "token-attached", "graph-attached",
-                                                   "bpftrace-graph"};
+                                                   "bpftrace-graph", "none-start-lag"};
     if (!kTracers.count(tracer) && tracer.rfind("budget-", 0) != 0)
         throw Error("program duet runs under tracer none (the A/A duet), a level (token, graph, op-sampled, op, full), "
                     "budget-P, op-trap, op-nosend, op-defer, op-idle, noprobe, noprobe-apart, op-sampled-timer, bpftrace (the "
                     "floor), bpftrace-graph (the floor on the graph level's hooks), op-vs-bpftrace (op against the floor), watch (profinfer watch at its defaults), token-attached or "
-                    "graph-attached (record --pid of the running command), not " + tracer);
+                    "graph-attached (record --pid of the running command), none-start-lag (the A/A, the untraced side "
+                    "started as late as a launched run's), not " + tracer);
     std::vector<std::string> program = {"python3", std::string(compiled_in(CompiledIn::SourceDir)) + "/experiments/peers/duet_peer.py",
                                         evalcb_peer().string(), model.string(), "--profinfer", opt.profinfer.string(),
                                         "--board", opt.board, "--tokens", p.at("gen")};
@@ -251,6 +259,9 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     // apart: profinfer's own threads on the untraced side's CPU.
     if (tracer == "noprobe-apart") program.push_back("--recorder-apart");
     if (tracer.size() > 9 && tracer.substr(tracer.size() - 9) == "-attached") program.push_back("--attach");
+    // A launched run's untraced side starts once profinfer has released the traced command:
+    // 0.115-0.12 s later on the machine where overhead-duet-launch ran (its start_offset_s).
+    if (tracer == "none-start-lag") program.push_back("--start-after=" + format_double(kLaunchStartLagS));
     program.insert(program.end(), {"--level", tracer == "bpftrace-graph" ? "bpftrace" : r.level});
     if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
     if (tracer == "bpftrace-graph") program.insert(program.end(), {"--bpftrace", bpftrace_graph_script(p)});
