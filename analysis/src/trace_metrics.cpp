@@ -113,24 +113,28 @@ void parallel_share(store::Database& db, nlohmann::json& m) {
         while (st.step()) calls.emplace_back(st.column_int(0), st.column_int(1));
     }
     if (calls.empty()) return;
-    // +1 where a target thread goes onto a CPU, -1 where it leaves; a thread already on a CPU
-    // when the records begin counts from the first call, one still on at the end to the last.
+    // Each run of a target thread on a CPU, per CPU from the switch onto it to the switch off
+    // it. A switch off with no switch on before it on that CPU (the run began before the
+    // records, or its record was lost) starts at the CPU's previous record (the first call,
+    // before any); a run still on at the end lasts to the last call's end. Per CPU, so that a
+    // lost record shortens one run instead of shifting every count after it.
     const int64_t t0 = calls.front().first, t1 = calls.back().second;
-    std::vector<std::pair<int64_t, int>> edges;
-    std::map<int64_t, bool> on;  // CPU -> a target thread is on it
+    struct Cpu {
+        bool target = false;
+        int64_t since = 0;
+    };
+    std::map<int64_t, Cpu> cpus;
+    std::vector<std::pair<int64_t, int>> edges;  // +1 where a run starts, -1 where it ends
     store::Statement st(db.handle(), ("SELECT ts_ns, cpu, prev_tgid = " + pid + ", next_tgid = " + pid +
                                       " FROM sched_switch ORDER BY ts_ns").c_str());
     while (st.step()) {
-        const int64_t ts = st.column_int(0), cpu = st.column_int(1);
-        const bool prev = st.column_int(2) != 0, next = st.column_int(3) != 0;
-        auto it = on.find(cpu);
-        if (prev) edges.push_back({ts, -1});
-        if (prev && it == on.end()) edges.push_back({std::min(ts, t0), +1});  // on since before the records
-        if (next) edges.push_back({ts, +1});
-        on[cpu] = next;
+        const int64_t ts = st.column_int(0);
+        Cpu& c = cpus.try_emplace(st.column_int(1), Cpu{false, std::min(ts, t0)}).first->second;
+        if (st.column_int(2) != 0) edges.push_back({c.since, +1}), edges.push_back({ts, -1});
+        c.target = st.column_int(3) != 0, c.since = ts;
     }
-    for (const auto& [cpu, running] : on)
-        if (running) edges.push_back({std::max(t1, edges.empty() ? t1 : edges.back().first), -1});
+    for (const auto& [cpu, c] : cpus)
+        if (c.target) edges.push_back({c.since, +1}), edges.push_back({std::max(t1, c.since), -1});
     std::sort(edges.begin(), edges.end());
     // Time with two or more running inside [a, b), by a walk over the edges.
     std::vector<std::pair<int64_t, int64_t>> both;  // intervals with >= 2 running
