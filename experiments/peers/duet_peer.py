@@ -60,6 +60,13 @@ as Prometheus would (each scrape reads the segment under way); both sides are le
 runs, the windows start once its segment holds decode calls (start_offset_s: from its start
 to then).
 
+--load apart (the default since 2026-12-07): the untraced side is started only once the traced
+side has loaded its model and waits at its gate, under every tracer, the A/A included. Started
+together, the two loads overlapped differently under each tracer (a launched traced side starts
+~0.12 s before the untraced one, an attached or untraced one with it), and the order of two
+overlapping loads alone moved the A/A by points: the A/A with its untraced side started 0.12 s
+later read 4.7 % (experiments/specs/overhead-duet-start.toml). --load together: as before.
+
 --start-after S: the untraced side started S seconds after the traced one (with nothing traced,
 the start order of a launched run, whose untraced side starts once profinfer has released the
 traced command, ~0.1 s later).
@@ -291,6 +298,10 @@ def duet(a, copy, cpus, work):
     if a.start_after > 0:  # the control of a launched run's start: the untraced side that much later
         time.sleep(a.start_after)
         offset += a.start_after
+    if a.load == "apart":  # the untraced side loads once the traced one has loaded and waits at its gate
+        t = time.monotonic()
+        ready(((traced, errs[0], gate["traced"][0]),))
+        offset += time.monotonic() - t
     untraced = Target(["taskset", "-c", str(cpus[1])] + gated("untraced"), os.path.join(work, "untraced.txt"), errs[1])
     windows, meta = [], {}
     spent, spent_s = {}, [0.0]  # within the windows: CPU time and run-queue wait by group
@@ -560,6 +571,10 @@ def main():
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
+    ap.add_argument("--load", choices=("apart", "together"), default="apart",
+                    help="apart: the untraced side starts once the traced one has loaded its model and waits at its "
+                         "gate, whatever the tracer (the same order in the A/A as under every level); together: "
+                         "started at once (after profinfer released the traced command), as before 2026-12-07")
     ap.add_argument("--start-after", type=float, default=0.0, metavar="S",
                     help="start the untraced side S seconds after the traced one (after profinfer released it, "
                          "launched): a launched run's start order, as a control with nothing traced")
@@ -599,7 +614,7 @@ def main():
            **{f"cpu{c}_tps": gmean([u for on, _, u in windows if on != c]) for c in cpus},
            "window_ratios": [round(t / u, 5) for _, t, u in windows],
            "predicted_pct": predicted,
-           "start_offset_s": meta.get("start_offset_s", 0.0), "lag_s": a.lag,
+           "start_offset_s": meta.get("start_offset_s", 0.0), "lag_s": a.lag, "load": a.load,
            "recorder_cpu_ms": float(meta.get("recorder_cpu_ms") or 0),
            "recorder_wakeups": int(meta.get("recorder_wakeups") or 0),
            "traced_calls_pct": meta.get("traced_calls_pct"),

@@ -261,7 +261,7 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     if (tracer.size() > 9 && tracer.substr(tracer.size() - 9) == "-attached") program.push_back("--attach");
     // A launched run's untraced side starts once profinfer has released the traced command:
     // 0.115-0.12 s later on the machine where overhead-duet-launch ran (its start_offset_s).
-    if (tracer == "none-start-lag") program.push_back("--start-after=" + format_double(kLaunchStartLagS));
+    if (tracer == "none-start-lag") program.insert(program.end(), {"--start-after=" + format_double(kLaunchStartLagS), "--load=together"});
     program.insert(program.end(), {"--level", tracer == "bpftrace-graph" ? "bpftrace" : r.level});
     if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
     if (tracer == "bpftrace-graph") program.insert(program.end(), {"--bpftrace", bpftrace_graph_script(p)});
