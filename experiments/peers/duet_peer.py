@@ -60,12 +60,12 @@ as Prometheus would (each scrape reads the segment under way); both sides are le
 runs, the windows start once its segment holds decode calls (start_offset_s: from its start
 to then).
 
---load apart (the default since 2026-12-07): the untraced side is started only once the traced
-side has loaded its model and waits at its gate, under every tracer, the A/A included. Started
-together, the two loads overlapped differently under each tracer (a launched traced side starts
-~0.12 s before the untraced one, an attached or untraced one with it), and the order of two
-overlapping loads alone moved the A/A by points: the A/A with its untraced side started 0.12 s
-later read 4.7 % (experiments/specs/overhead-duet-start.toml). --load together: as before.
+--load apart: the untraced side is started only once the traced side has loaded its model and
+waits at its gate, under every tracer, the A/A included. Tried as the default on 2026-12-07, to
+give every tracer the same start order: the A/A itself then read ~4 points (the side that loaded
+first decodes slower: experiments/specs/overhead-duet-apart.toml), as the A/A whose untraced
+side started 0.12 s late did (overhead-duet-start). --load together (the default): both started
+at once, the untraced side once profinfer has released a launched traced command.
 
 --start-after S: the untraced side started S seconds after the traced one (with nothing traced,
 the start order of a launched run, whose untraced side starts once profinfer has released the
@@ -571,10 +571,10 @@ def main():
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
-    ap.add_argument("--load", choices=("apart", "together"), default="apart",
-                    help="apart: the untraced side starts once the traced one has loaded its model and waits at its "
-                         "gate, whatever the tracer (the same order in the A/A as under every level); together: "
-                         "started at once (after profinfer released the traced command), as before 2026-12-07")
+    ap.add_argument("--load", choices=("apart", "together"), default="together",
+                    help="together (the default): the untraced side started at once (after profinfer released the "
+                         "traced command); apart: once the traced one has loaded its model and waits at its gate — "
+                         "the side that loaded first then reads ~4 %% slower (overhead-duet-apart's A/A)")
     ap.add_argument("--start-after", type=float, default=0.0, metavar="S",
                     help="start the untraced side S seconds after the traced one (after profinfer released it, "
                          "launched): a launched run's start order, as a control with nothing traced")
