@@ -39,13 +39,17 @@ constexpr double kLaunchStartLagS = 0.12;
 
 // The node hooks profinfer's operator level probes, as bpftrace names them: the floor counts
 // or prints hits of the same functions (paper Table 5's bpftrace comparison).
-std::string bpftrace_script(const SweepPoint& p, bool stream) {
-    const auto install = LlamaInstall::locate(p.at("backend") == "cpu" ? "debug" : p.at("backend"), false);
-    std::string lib;
-    for (const auto& c : install.libggml_cpu) lib = c.string();  // one CPU variant in these builds
+// The point's llama.cpp build, for a bpftrace floor (TRACER) on its libraries: one CPU variant.
+LlamaInstall floor_install(const SweepPoint& p, const std::string& tracer) {
+    auto install = LlamaInstall::locate(p.at("backend") == "cpu" ? "debug" : p.at("backend"), false);
     if (install.libggml_cpu.size() != 1)
-        throw Error("tracer bpftrace needs a llama.cpp build with one CPU library; " + install.flavour + " has " +
+        throw Error("tracer " + tracer + " needs a llama.cpp build with one CPU library; " + install.flavour + " has " +
                     std::to_string(install.libggml_cpu.size()));
+    return install;
+}
+
+std::string bpftrace_script(const SweepPoint& p, bool stream) {
+    const std::string lib = floor_install(p, "bpftrace").libggml_cpu.front().string();
     const std::string action = stream ? R"({ printf("%d %d %llu\n", tid, cpu, nsecs); })" : "{ @[tid] = count(); }";
     return "uprobe:" + lib + ":ggml_cpu_extra_compute_forward, uprobe:" + lib +
            ":ggml_compute_forward_rms_norm_mul_fused " + action;
@@ -54,10 +58,7 @@ std::string bpftrace_script(const SweepPoint& p, bool stream) {
 // The graph level's hooks (llama_decode, ggml_backend_graph_compute_async, ggml_graph_compute:
 // entries and returns), counted by bpftrace: the graph level's floor (duet tracer bpftrace-graph).
 std::string bpftrace_graph_script(const SweepPoint& p) {
-    const auto install = LlamaInstall::locate(p.at("backend") == "cpu" ? "debug" : p.at("backend"), false);
-    if (install.libggml_cpu.size() != 1)
-        throw Error("tracer bpftrace-graph needs a llama.cpp build with one CPU library; " + install.flavour + " has " +
-                    std::to_string(install.libggml_cpu.size()));
+    const auto install = floor_install(p, "bpftrace-graph");
     const std::vector<std::pair<std::string, std::string>> hooks = {
         {install.libllama.string(), "llama_decode"},
         {install.libggml_base.string(), "ggml_backend_graph_compute_async"},
