@@ -105,7 +105,8 @@ void hog_speeds(store::Database& db, nlohmann::json& m) {
 void parallel_share(store::Database& db, nlohmann::json& m) {
     m["parallel_pct"] = nullptr;
     for (const char* part : {"before", "during", "after"}) m[std::string("parallel_pct_") + part + "_hog"] = nullptr;
-    const std::string pid = db.meta()[store::MetaKey::Pid];
+    const auto meta = db.meta();
+    const std::string pid = meta[store::MetaKey::Pid];
     if (pid.empty() || db.scalar("SELECT count(*) FROM sched_switch") == 0) return;
     std::vector<std::pair<int64_t, int64_t>> calls;  // decode calls: start, end
     {
@@ -153,7 +154,7 @@ void parallel_share(store::Database& db, nlohmann::json& m) {
         for (; it != both.end() && it->first < b; ++it) t += std::max<int64_t>(0, std::min(b, it->second) - std::max(a, it->first));
         return t;
     };
-    const auto w = store::hog_window(db.meta());
+    const auto w = store::hog_window(meta);
     double par[4] = {0, 0, 0, 0}, dur[4] = {0, 0, 0, 0};  // all, before, during, after
     for (const auto& [a, b] : calls) {
         const double p = double(overlap(a, b)), d = double(b - a);
