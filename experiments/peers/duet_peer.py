@@ -67,6 +67,12 @@ first decodes slower: experiments/specs/overhead-duet-apart.toml), as the A/A wh
 side started 0.12 s late did (overhead-duet-start). --load together (the default): both started
 at once, the untraced side once profinfer has released a launched traced command.
 
+--load gated: both sides started at once and held before they read the model (evalcb_peer
+--load-ready/--load-go: the backends loaded, nothing of the model read), then both let load at
+the same moment once both wait there — a launched traced side too, however long profinfer took
+to release it, so that a launched level and the A/A start their loads alike. start_offset_s is
+then the seconds from the start to that moment.
+
 --start-after S: the untraced side started S seconds after the traced one (with nothing traced,
 the start order of a launched run, whose untraced side starts once profinfer has released the
 traced command, ~0.1 s later).
@@ -276,7 +282,10 @@ def duet(a, copy, cpus, work):
     traced side's CPU, traced calls/s, untraced calls/s), and the recording's meta."""
     stream = lambda side: [a.target, a.model, "--mode", "none", "--stream", "--threads", "1", "--tokens", str(a.tokens)]
     gate = {side: [os.path.join(work, side + ".ready"), os.path.join(work, side + ".go")] for side in ("traced", "untraced")}
-    gated = lambda side: stream(side) + ["--ready", gate[side][0], "--go", gate[side][1]]
+    load_gate = {side: [os.path.join(work, side + ".load-ready"), os.path.join(work, side + ".load-go")]
+                 for side in ("traced", "untraced")}
+    gated = lambda side: stream(side) + ["--ready", gate[side][0], "--go", gate[side][1]] + (
+        ["--load-ready", load_gate[side][0], "--load-go", load_gate[side][1]] if a.load == "gated" else [])
     db = os.path.join(work, "duet.db")
     launched = a.level not in ("none", "bpftrace", "watch") and not a.attach  # by profinfer
     watching = a.level == "watch"
@@ -294,7 +303,7 @@ def duet(a, copy, cpus, work):
     errs = [open(os.path.join(work, f"{side}.err"), "w+") for side in ("traced", "untraced")]
     traced = Target(["taskset", "-c", str(cpus[0])] + traced_argv, os.path.join(work, "traced.txt"), errs[0],
                     env=dict(os.environ, LD_LIBRARY_PATH=copy))
-    offset = released(traced.proc.pid, a.target, copy) if launched else 0.0
+    offset = released(traced.proc.pid, a.target, copy) if launched and a.load != "gated" else 0.0
     if a.start_after > 0:  # the control of a launched run's start: the untraced side that much later
         time.sleep(a.start_after)
         offset += a.start_after
@@ -308,6 +317,12 @@ def duet(a, copy, cpus, work):
     watcher, watch_dir, scraper = None, os.path.join(work, "watch"), None
     attacher = None  # --attach: `profinfer record --pid` of the traced side
     try:
+        if a.load == "gated":  # both load from the same moment, however late profinfer released its command
+            t = time.monotonic()
+            ready(((traced, errs[0], load_gate["traced"][0]), (untraced, errs[1], load_gate["untraced"][0])))
+            for side in ("traced", "untraced"):
+                open(load_gate[side][1], "w").close()
+            offset += time.monotonic() - t
         # Both decode from the same moment (--lag: the untraced side that much later).
         ready(((traced, errs[0], gate["traced"][0]), (untraced, errs[1], gate["untraced"][0])))
         if watching:
@@ -571,10 +586,13 @@ def main():
     ap.add_argument("--lag", type=float, default=0.0,
                     help="seconds the untraced side starts decoding after the traced one (negative: before); "
                          "the control of the start order's own effect")
-    ap.add_argument("--load", choices=("apart", "together"), default="together",
+    ap.add_argument("--load", choices=("apart", "together", "gated"), default="together",
                     help="together (the default): the untraced side started at once (after profinfer released the "
                          "traced command); apart: once the traced one has loaded its model and waits at its gate — "
-                         "the side that loaded first then reads ~4 %% slower (overhead-duet-apart's A/A)")
+                         "the side that loaded first then reads ~4 %% slower (overhead-duet-apart's A/A); gated: "
+                         "both started at once and held before reading the model (evalcb_peer --load-ready/--load-go), "
+                         "both let load at the same moment once both wait there, however late profinfer released its "
+                         "command: every tracer's sides, the A/A's too, start their loads alike")
     ap.add_argument("--start-after", type=float, default=0.0, metavar="S",
                     help="start the untraced side S seconds after the traced one (after profinfer released it, "
                          "launched): a launched run's start order, as a control with nothing traced")
@@ -592,6 +610,8 @@ def main():
         fail("--against-bpftrace compares a profinfer level with the floor, not " + a.level)
     if a.attach and a.level in ("none", "bpftrace", "watch"):
         fail("--attach attaches profinfer record at a level, not " + a.level)
+    if a.load == "gated" and a.start_after:
+        fail("--start-after delays the untraced side's start, which --load gated holds before its load anyway")
     if a.windows < 2 or a.windows % 2:
         fail("--windows must be even (each CPU holds the traced side as often), at least 2")
     a.libs = library_dir(a.target)

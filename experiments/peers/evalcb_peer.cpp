@@ -29,6 +29,10 @@
 // --ready FILE --go FILE (with --stream): once the model is loaded and warmed up, FILE (ready)
 // is created and the stream waits until the go FILE exists, so that an observer starts two
 // targets' decoding at the same moment however long each took to load (duet_peer.py).
+// --load-ready FILE --load-go FILE (with --stream): the same gate before the model is loaded
+// (the backends loaded, nothing of the model read yet), so that an observer starts two
+// targets' model loads at the same moment however long each took to start (duet_peer.py
+// --load gated: a command profinfer launched starts later than one started directly).
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <llama.h>
@@ -86,7 +90,7 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
 [[noreturn]] void usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv FILE] "
-                 "[--dot FILE] [--stream [--ready FILE --go FILE]]\n",
+                 "[--dot FILE] [--stream [--ready FILE --go FILE] [--load-ready FILE --load-go FILE]]\n",
                  argv0);
     std::exit(2);
 }
@@ -94,7 +98,7 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
 struct Options {
     const char* model = nullptr;
     int threads = 2, n_gen = 48;
-    std::string nodes_csv, dot = "/dev/null", ready, go;
+    std::string nodes_csv, dot = "/dev/null", ready, go, load_ready, load_go;
     bool stream = false;
 };
 
@@ -121,10 +125,12 @@ Options parse_options(int argc, char** argv, Peer& peer) {
         else if (a == "--stream") o.stream = true;
         else if (a == "--ready") o.ready = value();
         else if (a == "--go") o.go = value();
+        else if (a == "--load-ready") o.load_ready = value();
+        else if (a == "--load-go") o.load_go = value();
         else usage(argv[0]);
     }
     if (o.threads < 1 || o.n_gen < 1 || (o.stream && peer.mode != Peer::None) || o.ready.empty() != o.go.empty() ||
-        (!o.ready.empty() && !o.stream))
+        (!o.ready.empty() && !o.stream) || o.load_ready.empty() != o.load_go.empty() || (!o.load_ready.empty() && !o.stream))
         usage(argv[0]);
     return o;
 }
@@ -154,9 +160,23 @@ struct Target {
     void clear() { llama_memory_clear(llama_get_memory(ctx), true); }
 };
 
+volatile sig_atomic_t stop = 0;
+
+// A gate: READY created, then wait until GO exists (or a signal asked to stop); false if
+// READY cannot be created.
+bool wait_at_gate(const std::string& ready, const std::string& go) {
+    std::FILE* f = std::fopen(ready.c_str(), "w");
+    if (!f) return std::fprintf(stderr, "evalcb_peer: cannot create %s\n", ready.c_str()), false;
+    std::fclose(f);
+    const timespec ms{0, 1000000};
+    while (!stop && access(go.c_str(), F_OK) != 0) nanosleep(&ms, nullptr);
+    return true;
+}
+
 bool load(Target& t, const Options& o, Peer& peer) {
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     ggml_backend_load_all();
+    if (!o.load_ready.empty() && !wait_at_gate(o.load_ready, o.load_go)) return false;
     t.model = llama_model_load_from_file(o.model, llama_model_default_params());
     if (!t.model) return std::fprintf(stderr, "evalcb_peer: cannot load %s\n", o.model), false;
     t.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(t.model));
@@ -174,19 +194,11 @@ bool load(Target& t, const Options& o, Peer& peer) {
     return true;
 }
 
-volatile sig_atomic_t stop = 0;
-
 // --stream: N tokens, the context cleared, N again, until a signal; one line per call.
 int run_stream(Target& t, const Options& o) {
     signal(SIGTERM, [](int) { stop = 1; });
     signal(SIGINT, [](int) { stop = 1; });
-    if (!o.ready.empty()) {
-        std::FILE* f = std::fopen(o.ready.c_str(), "w");
-        if (!f) return std::fprintf(stderr, "evalcb_peer: cannot create %s\n", o.ready.c_str()), 1;
-        std::fclose(f);
-        const timespec ms{0, 1000000};
-        while (!stop && access(o.go.c_str(), F_OK) != 0) nanosleep(&ms, nullptr);
-    }
+    if (!o.ready.empty() && !wait_at_gate(o.ready, o.go)) return 1;
     long long calls = 0;
     while (!stop) {
         for (int i = 0; i < o.n_gen && !stop; ++i, ++calls) {

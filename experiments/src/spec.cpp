@@ -319,6 +319,16 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
         s.matmul_backends = (*o)["matmul_backends"].value_or(false);
         s.sampled_shares = (*o)["sampled_shares"].value_or(false);
     }
+    if (const auto* d = t["duet"].as_table()) {
+        s.duet_load = (*d)["load"].value_or(std::string());
+        if (s.duet_load != "together" && s.duet_load != "apart" && s.duet_load != "gated")
+            throw Error(file.string() + ": [duet] load is together, apart or gated, not '" + s.duet_load + "'");
+        const bool duets = std::any_of(s.sweeps.begin(), s.sweeps.end(), [](const auto& sw) {
+            const auto p = sw.find("program");
+            return p != sw.end() && std::find(p->second.begin(), p->second.end(), "duet") != p->second.end();
+        });
+        if (!duets) throw Error(file.string() + ": [duet] belongs to a study with program duet");
+    }
     s.rounds = int(t["rounds"].value_or(int64_t(5)));
     s.quick_rounds = int(t["quick_rounds"].value_or(int64_t(2)));
     if (s.rounds < 5 || s.quick_rounds < 2)

@@ -238,7 +238,8 @@ std::vector<std::string> attach_program(const RunOptions& opt, const SweepPoint&
 // floor on the other side's libraries; watch:
 // `profinfer watch --pid` of the traced side at its defaults (its level, segments, metrics);
 // LEVEL-attached: `profinfer record --pid` of the traced side, which the peer started.
-std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p, const fs::path& model) {
+std::vector<std::string> duet_program(const ExperimentSpec& spec, const RunOptions& opt, const SweepPoint& p,
+                                      const fs::path& model) {
     const std::string& tracer = p.at("tracer");
     if (p.at("threads") != "1") throw Error("program duet runs one thread per side (threads = [1]), not " + p.at("threads"));
     static const std::set<std::string> kTracers = {"none",     "bpftrace",  "token",   "graph",   "op-sampled",
@@ -262,7 +263,13 @@ std::vector<std::string> duet_program(const RunOptions& opt, const SweepPoint& p
     if (tracer.size() > 9 && tracer.substr(tracer.size() - 9) == "-attached") program.push_back("--attach");
     // A launched run's untraced side starts once profinfer has released the traced command:
     // 0.115-0.12 s later on the machine where overhead-duet-launch ran (its start_offset_s).
-    if (tracer == "none-start-lag") program.insert(program.end(), {"--start-after=" + format_double(kLaunchStartLagS), "--load=together"});
+    if (tracer == "none-start-lag") {
+        if (!spec.duet_load.empty() && spec.duet_load != "together")
+            throw Error("tracer none-start-lag is the control of the duets' together start, not of [duet] load = " + spec.duet_load);
+        program.insert(program.end(), {"--start-after=" + format_double(kLaunchStartLagS), "--load=together"});
+    } else if (!spec.duet_load.empty()) {
+        program.push_back("--load=" + spec.duet_load);
+    }
     program.insert(program.end(), {"--level", tracer == "bpftrace-graph" ? "bpftrace" : r.level});
     if (tracer == "bpftrace") program.insert(program.end(), {"--bpftrace", bpftrace_script(p, false)});
     if (tracer == "bpftrace-graph") program.insert(program.end(), {"--bpftrace", bpftrace_graph_script(p)});
@@ -294,7 +301,7 @@ Workload workload(const ExperimentSpec& spec, const RunOptions& opt, const Sweep
     } else if (program == "server") {
         w.program = server_program(p, model);
     } else if (program == "attach" || program == "duet") {
-        w.program = program == "attach" ? attach_program(opt, p, model) : duet_program(opt, p, model);
+        w.program = program == "attach" ? attach_program(opt, p, model) : duet_program(spec, opt, p, model);
         w.argv = w.program;  // the peer records (or not) by itself
         return w;
     } else if (program == "kernel-roof") {

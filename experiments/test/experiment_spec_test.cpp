@@ -126,6 +126,21 @@ TEST(ExperimentSpec, MistakesAreNamed) {
         auto bad_value = run({profinfer_bin(), "experiment", "run", write_spec(d, spec).string(), "--dry-run"});
         expect_one_line_failure(bad_value, said);
     }
+    // [duet] load: one of the peer's starts, in a study of duets only.
+    std::string duet = kSpec;
+    duet.replace(duet.find("[sweep]\n"), 8, "[sweep]\nprogram = [\"duet\"]\n");
+    EXPECT_EQ(ExperimentSpec::load(write_spec(d, duet + "[duet]\nload = \"gated\"\n")).duet_load, "gated");
+    EXPECT_EQ(ExperimentSpec::load(write_spec(d, duet)).duet_load, "");
+    for (const auto& [spec, said] : std::vector<std::pair<std::string, std::string>>{
+             {duet + "[duet]\nload = \"halfway\"\n", "[duet] load is together, apart or gated, not 'halfway'"},
+             {std::string(kSpec) + "[duet]\nload = \"gated\"\n", "[duet] belongs to a study with program duet"}}) {
+        try {
+            ExperimentSpec::load(write_spec(d, spec));
+            ADD_FAILURE() << "accepted: " << spec;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(ExperimentSpec, EveryShippedSpecLoadsAndDryRuns) {

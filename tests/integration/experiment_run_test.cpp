@@ -573,7 +573,8 @@ std::map<std::string, nlohmann::json> points_by_tracer(const fs::path& out) {
 // both sides' speeds; threads other than 1 are refused before anything runs. On the tiny
 // model (operators of a few µs) the operator probes' traps slow the traced side down by far
 // more than the A/A duet reads: the method sees a recorder's cost; against the bpftrace floor
-// on the other side (op-vs-bpftrace) far less.
+// on the other side (op-vs-bpftrace) far less. The sides' model loads gated ([duet] load =
+// "gated": both held before reading the model, let load at once), as overhead-duet runs them.
 TEST(ExperimentRun, DuetRunsTracedAndUntracedAtOnce) {
     PROFINFER_REQUIRE_BPF();
     TempDir d;
@@ -589,6 +590,8 @@ type = ["q4_0"]
 threads = [THREADS]
 gen = [32]
 tracer = ["none", "op", "op-vs-bpftrace"]
+[duet]
+load = "gated"
 [figure]
 x = "tracer"
 metrics = ["duet_slowdown_pct"]
@@ -630,6 +633,9 @@ metrics = ["duet_slowdown_pct"]
     }
     EXPECT_FALSE(by["none"]["duet_recorder_cpu_ms_s"].is_number()) << by["none"].dump();
     EXPECT_TRUE(by["none"]["duet_untraced_wait_ms_s"].is_number()) << by["none"].dump();
+    // Every point's peer was asked for gated loads and says it ran them.
+    EXPECT_EQ(index_scalar(out / "index.db", "SELECT count(*) FROM runs WHERE status = 'done' AND command LIKE "
+                                             "'%--load=gated%' AND bench LIKE '%\"load\": \"gated\"%'"), 3);
 }
 
 // graph-attached: the same duet, the traced side started by the peer and `profinfer record

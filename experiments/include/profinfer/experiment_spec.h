@@ -56,6 +56,9 @@ struct ExperimentSpec {
     std::string level = "op";        // tracer level for every point
     std::string wait;                // record --wait at --level full (exact, sampled; empty: record's default)
     std::string scale = "full";      // model scale: full, or tiny (tests)
+    // [duet] load: how program duet starts its two sides' model loads (duet_peer.py --load:
+    // together, apart, gated; empty: the peer's default).
+    std::string duet_load;
     // parameter → values: one sweep ([sweep]) or several joined ([[sweep]]).
     std::vector<std::map<std::string, std::vector<std::string>>> sweeps;
     std::map<std::string, std::vector<std::string>> quick_sweep;  // overrides in --quick, for every sweep
