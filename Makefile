@@ -1,6 +1,6 @@
 # Thin entry points; the real build is CMake (build/), the experiments Makefile.reproduce.
 #   make test                 install what is missing, build llama.cpp (cached) and profinfer, run all tests
-#   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board
+#   make reproduce [BOARD=host] [QUICK=1]   the paper's studies on this board; INVESTIGATIONS=1 adds experiments/specs/investigations/
 #   make build                the pinned llama.cpp (cached) and build/profinfer
 #   make test-repeat [N=3]    the eBPF integration tests N times each, stopping at the first failure
 #   make test-under-load [LOAD_N=1] [LOAD_SUITE=all]   the same beside stress-ng keeping every CPU half busy at the lowest priority
