@@ -63,15 +63,16 @@ to then).
 --load apart: the untraced side is started only once the traced side has loaded its model and
 waits at its gate, under every tracer, the A/A included. Tried as the default on 2026-12-07, to
 give every tracer the same start order: the A/A itself then read ~4 points (the side that loaded
-first decodes slower: experiments/specs/overhead-duet-apart.toml), as the A/A whose untraced
+first decodes slower: experiments/specs/investigations/overhead-duet-apart.toml), as the A/A whose untraced
 side started 0.12 s late did (overhead-duet-start). --load together (the default): both started
 at once, the untraced side once profinfer has released a launched traced command.
 
 --load gated: both sides started at once and held before they read the model (evalcb_peer
 --load-ready/--load-go: the backends loaded, nothing of the model read), then both let load at
 the same moment once both wait there — a launched traced side too, however long profinfer took
-to release it, so that a launched level and the A/A start their loads alike. start_offset_s is
-then the seconds from the start to that moment.
+to release it, so that a launched level and the A/A start their loads alike (overhead-duet's
+way since 2026-12-07: experiments/specs/investigations/overhead-duet-gated.toml). start_offset_s
+is then the seconds from the start to that moment.
 
 --start-after S: the untraced side started S seconds after the traced one (with nothing traced,
 the start order of a launched run, whose untraced side starts once profinfer has released the
