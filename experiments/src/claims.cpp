@@ -126,7 +126,9 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
         }
         if (as.empty()) {
             out.push_back({&c, "", Interval{}, Verdict::NotTestable,
-                           std::string(c.on == "fits" ? "no fitted line" : c.on == "shares" ? "no pair of op and op-sampled points" : "no recorded point") + " matches a"});
+                           std::string(c.on == "fits" ? "no fitted line" : c.on == "shares" ? "no pair of op and op-sampled points"
+                                       : c.on == "baseline" ? "no recorded point with a baseline in its group" : "no recorded point") +
+                               " matches a"});
             continue;
         }
         for (const auto& [group, a] : as) {

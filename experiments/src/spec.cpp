@@ -162,11 +162,14 @@ Claim read_claim(const toml::table& t, const std::string& where) {
     c.metric_b = t["metric_b"].value_or(std::string());
     if (c.says.empty() || c.metric.empty()) throw Error(where + " needs says and metric");
     c.on = t["on"].value_or(std::string());
-    if (!c.on.empty() && c.on != "fits" && c.on != "shares")
-        throw Error(where + ": on is \"fits\" (the fitted lines), \"shares\" (op-sampled's shares against op's) or "
-                    "absent (the points), not '" + c.on + "'");
-    c.a = read_selector(t["a"], where + " a", c.on);
-    c.b = read_selector(t["b"], where + " b", c.on);
+    if (!c.on.empty() && c.on != "fits" && c.on != "shares" && c.on != "baseline")
+        throw Error(where + ": on is \"fits\" (the fitted lines), \"shares\" (op-sampled's shares against op's), "
+                    "\"baseline\" (each point's slowdown against its group's baseline) or absent (the points), not '" +
+                    c.on + "'");
+    // Against the baseline, a point is named by its parameters as on the points.
+    const std::string named_by = c.on == "baseline" ? "" : c.on;
+    c.a = read_selector(t["a"], where + " a", named_by);
+    c.b = read_selector(t["b"], where + " b", named_by);
     if (auto v = t["value"].value<double>()) c.value = *v;
     const std::string expect = t["expect"].value_or(std::string());
     const std::string other = c.value ? "value" : "b";
@@ -341,6 +344,9 @@ ExperimentSpec ExperimentSpec::load(const std::filesystem::path& file) {
             s.claims.push_back(read_claim(*e.as_table(), file.string() + " [[claim]] " + std::to_string(i)));
         }
     }
+    for (const auto& c : s.claims)
+        if (c.on == "baseline" && s.baseline.empty())
+            throw Error(file.string() + ": a claim on \"baseline\" (\"" + c.says + "\") needs [outputs] baseline");
     if (const auto* n = t["notes"].as_array())
         for (const auto& e : *n) s.notes.push_back(e.value_or(std::string()));
     if (s.x.empty() || s.metrics.empty()) throw Error(file.string() + ": [figure] needs x and metrics");

@@ -103,13 +103,46 @@ void write_points_tables(const Study& s, std::vector<fs::path>& written) {
 // the CPU time it adds, each
 // the median of per-round ratios' bootstrap (ratio_interval), and the decode slowdown as a
 // multiple of the bpftrace floor's.
+namespace {
+// The baseline point of each group (the parameters the baseline selector does not fix that
+// differ between the points).
+std::map<std::string, const PointSamples*> baselines(const ExperimentSpec& spec, const std::vector<PointSamples>& points) {
+    std::map<std::string, const PointSamples*> base;
+    for (const auto& p : points)
+        if (p.matches(spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
+    return base;
+}
+
+// A program's speed: its decode rate (a server's: its throughput, serve_tps).
+const char* speed_metric(const PointSamples& p) {
+    return p.params.at("program") == "server" ? "serve_tps" : "bench_tg_tps";
+}
+}  // namespace
+
+std::vector<PointSamples> against_baseline(const ExperimentSpec& spec, const std::vector<PointSamples>& points) {
+    const auto base = baselines(spec, points);
+    std::vector<PointSamples> out;
+    for (const auto& p : points) {
+        if (p.matches(spec.baseline)) continue;
+        const auto b = base.find(group_name(p.params, points, spec.baseline, {}));
+        if (b == base.end()) continue;
+        PointSamples d{p.params, {}};
+        for (const auto& [name, metric] : {std::pair<const char*, std::string>{"decode_slowdown_pct", speed_metric(p)},
+                                           {"prefill_slowdown_pct", "bench_pp_tps"}}) {
+            const ByRound& bv = b->second->of(metric);
+            for (const auto& [round, v] : p.of(metric))
+                if (auto it = bv.find(round); it != bv.end() && it->second > 0) d.metrics[name][round] = 100 * (1 - v / it->second);
+        }
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
 void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
     const ExperimentSpec& spec = s.spec;
     const std::vector<PointSamples>& points = s.samples;
     const fs::path& out_dir = s.out_dir;
-    std::map<std::string, const PointSamples*> base;
-    for (const auto& p : points)
-        if (p.matches(spec.baseline)) base[group_name(p.params, points, spec.baseline, {})] = &p;
+    const auto base = baselines(spec, points);
     // Where its runs noted what `profinfer estimate` predicted (predicted_slowdown_pct): a
     // column beside the measured slowdown.
     bool predicted = false;
@@ -155,7 +188,7 @@ void write_vs_baseline(const Study& s, std::vector<fs::path>& written) {
         Interval c = ratio_interval(p.of("cpu_s"), b->second->of("cpu_s"));
         c.median = 100 * (c.median - 1), c.lo = 100 * (c.lo - 1), c.hi = 100 * (c.hi - 1);
         // A server's speed is its throughput (serve_tps): the "decode" column holds it.
-        const char* speed = p.params.at("program") == "server" ? "serve_tps" : "bench_tg_tps";
+        const char* speed = speed_metric(p);
         rows.push_back({name, g, slowdown(ratio_interval(p.of(speed), b->second->of(speed))),
                         slowdown(ratio_interval(p.of("bench_pp_tps"), b->second->of("bench_pp_tps"))), c, {}});
         std::vector<double> e;

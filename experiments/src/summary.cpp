@@ -133,7 +133,8 @@ std::vector<fs::path> summarise_experiment(const ExperimentSpec& spec, const fs:
     const Study s(spec, out_dir, quick, calls_dropped);
     std::vector<fs::path> written;
     write_point_outputs(s, written);
-    const DerivedSamples derived = write_across_points(s, written);
+    DerivedSamples derived = write_across_points(s, written);
+    if (!spec.baseline.empty()) derived["baseline"] = against_baseline(spec, s.samples);
     write_points_tables(s, written);
     if (!spec.baseline.empty()) write_vs_baseline(s, written);
     if (spec.fidelity) write_fidelity(s, written);

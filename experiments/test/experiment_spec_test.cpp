@@ -549,6 +549,63 @@ value = 0.95
     EXPECT_THROW(ExperimentSpec::load(write_spec(d, std::string(kSpec) + on_what)), Error);
 }
 
+// Table 7: two programs' profilers, each against its own program untraced in the same round
+// (on = "baseline"): the per-round difference of their slowdowns, not of their speeds.
+TEST(ExperimentSpec, ClaimsOnTheBaselineCompareEachPointsOwnSlowdown) {
+    TempDir d;
+    const std::string spec = R"(
+name = "t"
+title = "T"
+[[sweep]]
+program = ["llama-bench"]
+tracer = ["none", "op"]
+mmap = "off"
+[[sweep]]
+program = ["ort"]
+tracer = ["none", "ort-profile"]
+[outputs]
+baseline = { tracer = "none" }
+[figure]
+x = "tracer"
+metrics = ["bench_tg_tps"]
+[[claim]]
+says = "op costs less than ORT's profiler"
+on = "baseline"
+metric = "decode_slowdown_pct"
+a = { tracer = "op", program = "llama-bench", mmap = "off" }
+b = { tracer = "ort-profile", program = "ort" }
+value = 0
+expect = "a - b < value"
+)";
+    const auto s = ExperimentSpec::load(write_spec(d, spec));
+    // llama-bench at 40 t/s untraced and ORT at 20: op slows its program by OP %, the profiler
+    // its own by 15 % (in speeds, op's side is always the faster one: no measure of cost).
+    auto points = [](double op_pct) {
+        auto point = [](const std::string& program, const std::string& tracer, double tps) {
+            PointSamples p{{{"program", program}, {"tracer", tracer}, {"mmap", program == "ort" ? "on" : "off"}, {"gen", "48"}}, {}};
+            const double wobble[5] = {-0.3, 0.1, 0.2, -0.1, 0.0};
+            for (int r = 0; r < 5; ++r) p.metrics["bench_tg_tps"][r + 1] = tps * (1 + wobble[r] / 100);
+            return p;
+        };
+        return std::vector<PointSamples>{point("llama-bench", "none", 40), point("llama-bench", "op", 40 * (1 - op_pct / 100)),
+                                          point("ort", "none", 20), point("ort", "ort-profile", 17)};
+    };
+    for (const auto& [op_pct, expected] : {std::pair<double, Verdict>{5, Verdict::Reproduced}, {25, Verdict::NotReproduced}}) {
+        SCOPED_TRACE(op_pct);
+        const auto pts = points(op_pct);
+        const auto derived = against_baseline(s, pts);
+        ASSERT_EQ(derived.size(), 2u);  // the baselines are not compared
+        const auto rs = evaluate_claims(s, pts, Testbed{2, false}, {{"baseline", derived}});
+        ASSERT_EQ(rs.size(), 1u);
+        EXPECT_EQ(rs[0].verdict, expected) << rs[0].reason;
+        EXPECT_NEAR(rs[0].estimate.median, op_pct - 15, 0.5);
+    }
+    // A claim on the baseline needs one.
+    std::string no_baseline = spec;
+    no_baseline.replace(no_baseline.find("[outputs]\nbaseline = { tracer = \"none\" }\n"), 41, "");
+    EXPECT_THROW(ExperimentSpec::load(write_spec(d, no_baseline)), Error);
+}
+
 TEST(ExperimentSpec, FigureKindsAreChecked) {
     TempDir d;
     const auto s = ExperimentSpec::load(write_spec(d, std::string(kSpec) + "[outputs]\nfigures = [\"timeline\", \"threads\"]\n"));

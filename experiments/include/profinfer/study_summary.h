@@ -74,6 +74,11 @@ struct ClaimResult {
 // Claims on "fits" or "shares" are judged on DERIVED's samples of that name (summarise_matmuls'
 // lines, summarise_sampled_shares' gaps: a sample per round).
 using DerivedSamples = std::map<std::string, std::vector<PointSamples>>;
+// Every point but the baselines, with a baseline in its group (SPEC's [outputs] baseline), as
+// samples of decode_slowdown_pct and prefill_slowdown_pct by round: 100 × (1 − its speed / the
+// baseline's in the same round; a server's speed is its throughput) — what claims on
+// "baseline" compare (Table 7: two programs' profilers, each against its own program untraced).
+std::vector<PointSamples> against_baseline(const ExperimentSpec& spec, const std::vector<PointSamples>& points);
 std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::vector<PointSamples>& points,
                                          const Testbed& here, const DerivedSamples& derived = {});
 
