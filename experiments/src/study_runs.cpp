@@ -44,7 +44,7 @@ void program_metrics(const std::string& output, nlohmann::json& m) {
     for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
              {"decode_tps", "bench_tg_tps"}, {"prefill_tps", "bench_pp_tps"}, {"dump_dot_ms", "dump_dot_ms"},
              {"dump_dot_pct_of_decode", "dump_dot_pct_of_decode"}, {"serve_tps", "serve_tps"},
-             {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
+             {"ttft_ms", "ttft_ms"}, {"tpot_ms", "tpot_ms"}, {"decode_share_pct", "decode_share_pct"}, {"attach_slowdown_pct", "attach_slowdown_pct"},
              {"attached_tps", "attached_tps"}, {"detached_tps", "detached_tps"}, {"unmatched_calls", "unmatched_calls"},
              {"duet_slowdown_pct", "duet_slowdown_pct"}, {"traced_tps", "duet_traced_tps"},
              {"untraced_tps", "duet_untraced_tps"}, {"predicted_pct", "predicted_slowdown_pct"},
@@ -71,7 +71,7 @@ const std::vector<MetricInfo>& study_metrics() {
         {"weight_stream_gbs", "GB/s"},       {"weight_stream_roof_pct", "% of triad"},
         {"attention_growth_ratio", "ratio"}, {"attention_step_ratio", "ratio"}, {"attention_in_block_ratio", "ratio"}, {"weight_matmul_growth_ratio", "ratio"},
         {"attn_block_ops", "nodes"},         {"ffn_block_ops", "nodes"},
-        {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"},
+        {"serve_tps", "generated tokens/s"}, {"ttft_ms", "ms"},           {"tpot_ms", "ms"}, {"decode_share_pct", "% of the server's request time"},
         {"attach_slowdown_pct", "% of decode speed"}, {"attached_tps", "tokens/s"}, {"detached_tps", "tokens/s"},
         {"unmatched_calls", "calls"},
         {"duet_slowdown_pct", "% of decode speed"}, {"duet_traced_tps", "tokens/s"}, {"duet_untraced_tps", "tokens/s"},

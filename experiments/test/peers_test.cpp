@@ -110,6 +110,10 @@ TEST(Peers, ServePeerAnswersEveryRequestOfARandomModel) {
     EXPECT_EQ(j["requests"], 32);
     EXPECT_EQ(j["failed"], 0) << r.err;
     EXPECT_GT(j["serve_tps"].get<double>(), 0);
+    // Its decode share: a share of the server's own time, between prompt and decode.
+    ASSERT_TRUE(j["decode_share_pct"].is_number()) << r.out;
+    EXPECT_GT(j["decode_share_pct"].get<double>(), 0);
+    EXPECT_LT(j["decode_share_pct"].get<double>(), 100);
 }
 
 // A load of fixed length (experiments/server_bounded.sh: a million requests, sent for
