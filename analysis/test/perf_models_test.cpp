@@ -437,6 +437,26 @@ TEST(PerfModels, PlanCompareRunsInInterleavedRounds) {
     EXPECT_NE(plan["plan_over_best_single"]["verdict"].get<std::string>().find("too few rounds"), std::string::npos);
     EXPECT_FALSE(plan["as_fast_as_best_single_backend"].get<bool>());
     EXPECT_TRUE(fs::exists(d / "compare" / "runs.csv"));
+    // A plan that moves nothing is the CPU configuration itself: measured once (two
+    // configurations, not three), its row the CPU's, and never a ratio to itself.
+    j["matmul"][1]["linear"]["intercept_us"] = 1e9;
+    std::ofstream(d / "cpu-only.json") << j.dump();
+    auto same = run({profinfer_bin(), "plan", d / "cpu-only.json", "--card", "llama3.2-1b", "--compare",
+                     tiny_model("llama3.2-1b", "q4_0"), "--reps", "2", "-o", d / "cpu-only"});
+    ASSERT_EQ(same.status, 0) << same.err;
+    EXPECT_NE(same.err.find("[round 2/2, 4/4]"), std::string::npos) << same.err;
+    const Table ts = Table::from_csv(read_file(d / "cpu-only" / "plan.csv"));
+    ASSERT_EQ(ts.rows.size(), 3u);
+    EXPECT_EQ(ts.rows[0][ts.column("decode_tps")], ts.rows[1][ts.column("decode_tps")]);
+    const auto p2 = nlohmann::json::parse(read_file(d / "cpu-only" / "plan.json"));
+    EXPECT_EQ(p2["override_tensor"], "none");
+    const auto& over = p2["plan_over_best_single"];
+    if (over["best_single"] == "cpu") {
+        EXPECT_EQ(over["verdict"], "the CPU backend itself") << over.dump();
+        EXPECT_TRUE(over["ratio"].is_null());
+    } else {  // the CPU measured slower than lavapipe: the plan (the CPU) against Vulkan, a real ratio
+        EXPECT_TRUE(over["ratio"].is_number()) << over.dump();
+    }
 }
 
 // A weight streams at its size class's rate (bench-machine measures three: a GQA model's K and V

@@ -58,7 +58,11 @@ void compare_plan(const PlanOptions& o, const ModelCard& c, const std::string& o
     spec.name = "plan-compare";
     spec.title = "The plan against each single backend";
     spec.paper = "§7";
-    spec.sweeps = {sweep("0", "1", ot.empty() ? "none" : ot), sweep("0", "1", "none"), sweep("99", "0", "none")};
+    // A plan that moves no weight MatMul is the CPU configuration itself (the same arguments):
+    // measured once, and never compared with itself.
+    const bool plan_is_cpu = ot.empty();
+    spec.sweeps = {sweep("0", "1", "none"), sweep("99", "0", "none")};
+    if (!plan_is_cpu) spec.sweeps.insert(spec.sweeps.begin(), sweep("0", "1", ot));
     spec.x = "ngl";
     spec.metrics = {"bench_tg_tps", "bench_pp_tps"};
     RunOptions opt;
@@ -111,6 +115,18 @@ void compare_plan(const PlanOptions& o, const ModelCard& c, const std::string& o
     const auto& cpu_tg = configs[1].p->of("bench_tg_tps");
     const auto& vk_tg = configs[2].p->of("bench_tg_tps");
     const bool cpu_best = median_of(values(cpu_tg)) >= median_of(values(vk_tg));
+    if (plan_is_cpu && cpu_best) {
+        // The plan is the best single backend's configuration: no ratio to measure.
+        plan["plan_over_best_single"] = {{"best_single", "cpu"}, {"ratio", nullptr}, {"lo", nullptr}, {"hi", nullptr},
+                                         {"verdict", "the CPU backend itself"}};
+        plan["as_fast_as_best_single_backend"] = true;
+        md << "\nDecode: the plan moves no weight MatMul, so it is the CPU configuration itself (the same llama-bench "
+              "arguments, measured once), and the CPU is the faster single backend here: there is no plan / best ratio "
+              "to measure — a plan that keeps everything on the faster backend is that backend.\n";
+        if (!o.out.empty()) OutputFile::write(std::filesystem::path(o.out) / "plan.csv", t.to_csv());
+        if (o.out.empty()) std::filesystem::remove_all(dir);
+        return;
+    }
     const Interval r = ratio_interval(configs[0].p->of("bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
     const Verdict v = judge(r, 1.0, true);
     const std::string said = v == Verdict::Reproduced      ? "faster than"
