@@ -5,6 +5,8 @@
 //
 //   evalcb_peer MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv F]
 //   evalcb_peer MODEL --mode none --stream [--threads T] [--tokens N]
+//   --no-mmap: the weights read into memory, as llama-bench -mmp 0 (warm calls: a mapped
+//   model pages in, and out again where the kernel reclaims idle file pages)
 //
 //   none      plain decode: the baseline of the two others, and the program profinfer
 //             records when per-operator times are compared (no change to llama.cpp's path).
@@ -90,7 +92,7 @@ bool on_node(ggml_tensor* t, bool ask, void* user) {
 [[noreturn]] void usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s MODEL --mode none|callback|dump-dot [--threads T] [--tokens N] [--nodes-csv FILE] "
-                 "[--dot FILE] [--stream [--ready FILE --go FILE] [--load-ready FILE --load-go FILE]]\n",
+                 "[--dot FILE] [--no-mmap] [--stream [--ready FILE --go FILE] [--load-ready FILE --load-go FILE]]\n",
                  argv0);
     std::exit(2);
 }
@@ -100,6 +102,7 @@ struct Options {
     int threads = 2, n_gen = 48;
     std::string nodes_csv, dot = "/dev/null", ready, go, load_ready, load_go;
     bool stream = false;
+    bool mmap = true;  // --no-mmap: the weights read into memory (llama-bench -mmp 0)
 };
 
 Options parse_options(int argc, char** argv, Peer& peer) {
@@ -127,6 +130,7 @@ Options parse_options(int argc, char** argv, Peer& peer) {
         else if (a == "--go") o.go = value();
         else if (a == "--load-ready") o.load_ready = value();
         else if (a == "--load-go") o.load_go = value();
+        else if (a == "--no-mmap") o.mmap = false;
         else usage(argv[0]);
     }
     if (o.threads < 1 || o.n_gen < 1 || (o.stream && peer.mode != Peer::None) || o.ready.empty() != o.go.empty() ||
@@ -177,7 +181,9 @@ bool load(Target& t, const Options& o, Peer& peer) {
     llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
     ggml_backend_load_all();
     if (!o.load_ready.empty() && !wait_at_gate(o.load_ready, o.load_go)) return false;
-    t.model = llama_model_load_from_file(o.model, llama_model_default_params());
+    llama_model_params mp = llama_model_default_params();
+    if (!o.mmap) mp.load_mode = LLAMA_LOAD_MODE_NONE;  // read in, not mapped (llama-bench -mmp 0)
+    t.model = llama_model_load_from_file(o.model, mp);
     if (!t.model) return std::fprintf(stderr, "evalcb_peer: cannot load %s\n", o.model), false;
     t.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(t.model));
 

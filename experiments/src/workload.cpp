@@ -179,6 +179,7 @@ std::vector<std::string> evalcb_program(const SweepPoint& p, const fs::path& mod
     const std::string mode = tracer == "evalcb" ? "callback" : tracer == "dump-dot" ? "dump-dot" : "none";
     std::vector<std::string> program = {evalcb_peer().string(), model.string(), "--threads", p.at("threads"), "--tokens",
                                         p.at("gen"), "--mode", mode};
+    if (p.at("mmap") == "off") program.push_back("--no-mmap");  // warm: the weights read in, as llama-bench -mmp 0
     if (tracer == "evalcb") {
         w.nodes_csv = db.string() + ".nodes.csv";  // the callback's node times, for fidelity
         program.insert(program.end(), {"--nodes-csv", w.nodes_csv.string()});
