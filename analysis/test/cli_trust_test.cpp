@@ -108,6 +108,7 @@ TEST(CliTrust, TraceTextIsEscapedInEveryOutputFormat) {
     EXPECT_EQ(gnuplot_quote("it's\nx"), "'it''s?x'");
     const std::string label = gnuplot_label("op\ne\nsystem('touch pwned')");
     EXPECT_EQ(label.find_first_of("\n '\"#"), std::string::npos) << label;
+    EXPECT_EQ(gnuplot_label("all (99)"), "all\xC2\xA0(99)");  // one token that still reads as two words
     EXPECT_EQ(html_escape("<script>'&\""), "&lt;script&gt;&#39;&amp;&quot;");
 
     sql(db, "UPDATE nodes SET op = 'MUL_MAT''\nsystem(\"touch pwned\")\ne' WHERE op = 'MUL_MAT'");

@@ -54,7 +54,15 @@ std::string gnuplot_quote(const std::string& s) {
 
 std::string gnuplot_label(const std::string& s) {
     std::string o;
-    for (char c : s) o += (is_control(c) || c == ' ' || c == '"' || c == '\'' || c == '#' || c == '\\') ? '_' : c;
+    // A space as a no-break space (U+00A0, which gnuplot's data reader does not split on):
+    // "all (99)" stays readable as one token; the characters that could end the token or the
+    // block as '_'.
+    for (char c : s) {
+        if (c == ' ')
+            o += "\xC2\xA0";
+        else
+            o += (is_control(c) || c == '"' || c == '\'' || c == '#' || c == '\\') ? '_' : c;
+    }
     return o.empty() ? "_" : o;
 }
 

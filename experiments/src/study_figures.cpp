@@ -148,8 +148,9 @@ void plot_bars(Gnuplot& gp, const MetricFigure& fig) {
     const ExperimentSpec& spec = fig.s.spec;
     const auto& xs = fig.xs;
     const auto& series = fig.series;
+    // A bottom margin for the rotated category labels and the axis label above the caption.
     gp << "set style data histograms\nset style histogram errorbars gap 1 lw 1\n"
-          "set style fill solid 0.5 border -1\nset xtics rotate by -20\n";
+          "set style fill solid 0.5 border -1\nset xtics rotate by -20\nset bmargin 7\n";
     // Rows "index label median lo hi": an inline data line that begins with 'e' ends
     // the block in gnuplot, so the label is never first.
     std::string cmd = "plot ";

@@ -20,7 +20,7 @@ std::string dot_escape(const std::string& s);
 // A gnuplot single-quoted string literal, quotes included.
 std::string gnuplot_quote(const std::string& s);
 // A label inside a gnuplot inline data block: one token, printable, no quotes, so it
-// can neither end the block nor be read as a command.
+// can neither end the block nor be read as a command (a space kept as a no-break space).
 std::string gnuplot_label(const std::string& s);
 // One word for a POSIX shell: as it is when it has nothing a shell reads, else in single
 // quotes — for printing a command a person can paste (profinfer itself never uses a shell).
