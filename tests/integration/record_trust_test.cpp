@@ -48,7 +48,10 @@ TEST(RecordTrust, AReaderPollingAtTheEndLeavesOneWholeFile) {
         ASSERT_EQ(status, 0) << read_file(d / "err");
         EXPECT_GT(reads.load(), 0) << "the reader never saw the trace while it was written: nothing was tested";
         EXPECT_EQ(read_file(d / "err").find("write-ahead-log"), std::string::npos) << read_file(d / "err");
-        EXPECT_FALSE(fs::exists(d / "run.db-wal")) << "rows left beside the trace";
+        // No rows beside the trace. A reader whose open raced the log's retirement can create
+        // an empty -wal after it (a read-only connection leaves it behind: seen once in a CI
+        // under load): it holds nothing, and the file alone has every row (below).
+        EXPECT_TRUE(!fs::exists(d / "run.db-wal") || fs::file_size(d / "run.db-wal") == 0) << "rows left beside the trace";
         // Moved alone, as mv or scp would: every call is in it.
         TempDir elsewhere;
         fs::copy_file(db, elsewhere / "moved.db");
