@@ -123,26 +123,24 @@ void compare_plan(const PlanOptions& o, const ModelCard& c, const std::string& o
         md << "\nDecode: the plan moves no weight MatMul, so it is the CPU configuration itself (the same llama-bench "
               "arguments, measured once), and the CPU is the faster single backend here: there is no plan / best ratio "
               "to measure — a plan that keeps everything on the faster backend is that backend.\n";
-        if (!o.out.empty()) OutputFile::write(std::filesystem::path(o.out) / "plan.csv", t.to_csv());
-        if (o.out.empty()) std::filesystem::remove_all(dir);
-        return;
+    } else {
+        const Interval r = ratio_interval(configs[0].p->of("bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
+        const Verdict v = judge(r, 1.0, true);
+        const std::string said = v == Verdict::Reproduced      ? "faster than"
+                                 : v == Verdict::WithinNoise   ? "as fast as (within noise)"
+                                 : v == Verdict::NotReproduced ? "slower than"
+                                                               : "not comparable, with too few rounds for an interval, to";
+        plan["plan_over_best_single"] = {{"best_single", cpu_best ? "cpu" : "vulkan"}, {"ratio", r.median},
+                                         {"lo", r.has_interval() ? nlohmann::json(r.lo) : nlohmann::json(nullptr)},
+                                         {"hi", r.has_interval() ? nlohmann::json(r.hi) : nlohmann::json(nullptr)},
+                                         {"verdict", said}};
+        plan["as_fast_as_best_single_backend"] = v == Verdict::Reproduced || v == Verdict::WithinNoise;
+        md << "\nDecode, plan / " << (cpu_best ? "cpu" : "vulkan") << " (the faster single backend): "
+           << format_with_interval(r.median, r.lo, r.hi) << " (n = " << r.n << "): the plan is " << said
+           << " the best single backend"
+           << (v == Verdict::NotReproduced ? ": the models predicted wrong (see the Vulkan model's held-out error in models.md)" : "")
+           << ".\n";
     }
-    const Interval r = ratio_interval(configs[0].p->of("bench_tg_tps"), cpu_best ? cpu_tg : vk_tg);
-    const Verdict v = judge(r, 1.0, true);
-    const std::string said = v == Verdict::Reproduced      ? "faster than"
-                             : v == Verdict::WithinNoise   ? "as fast as (within noise)"
-                             : v == Verdict::NotReproduced ? "slower than"
-                                                           : "not comparable, with too few rounds for an interval, to";
-    plan["plan_over_best_single"] = {{"best_single", cpu_best ? "cpu" : "vulkan"}, {"ratio", r.median},
-                                     {"lo", r.has_interval() ? nlohmann::json(r.lo) : nlohmann::json(nullptr)},
-                                     {"hi", r.has_interval() ? nlohmann::json(r.hi) : nlohmann::json(nullptr)},
-                                     {"verdict", said}};
-    plan["as_fast_as_best_single_backend"] = v == Verdict::Reproduced || v == Verdict::WithinNoise;
-    md << "\nDecode, plan / " << (cpu_best ? "cpu" : "vulkan") << " (the faster single backend): "
-       << format_with_interval(r.median, r.lo, r.hi) << " (n = " << r.n << "): the plan is " << said
-       << " the best single backend"
-       << (v == Verdict::NotReproduced ? ": the models predicted wrong (see the Vulkan model's held-out error in models.md)" : "")
-       << ".\n";
     if (!o.out.empty()) OutputFile::write(std::filesystem::path(o.out) / "plan.csv", t.to_csv());
     if (o.out.empty()) std::filesystem::remove_all(dir);
 }
