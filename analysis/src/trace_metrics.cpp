@@ -301,6 +301,12 @@ void kq_over_weight(store::Database& db, nlohmann::json& m) {
     m["kq_over_weight_ratio"] = !st.column_is_null(0) && st.column_double(1) > 0
                                     ? nlohmann::json(st.column_double(0) / st.column_double(1))
                                     : nlohmann::json(nullptr);
+    // Paper Fig. 4's "the same operation takes longer" across models: one layer's KQ MatMul,
+    // the mean time of a KQ node over the decode calls (a node's time, as the DAG colours it).
+    store::Statement kq(db.handle(),
+                        "SELECT avg(dur_ns) FROM node_times WHERE phase = 'decode' AND op = 'MUL_MAT' AND base = 'kq'");
+    kq.step();
+    m["kq_node_ms"] = kq.column_is_null(0) ? nlohmann::json(nullptr) : nlohmann::json(kq.column_double(0) / 1e6);
 }
 
 // Paper Fig. 13 at steady state: the MoE MatMuls' (MUL_MAT_ID) time and major faults

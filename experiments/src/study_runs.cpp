@@ -63,7 +63,7 @@ const std::vector<MetricInfo>& study_metrics() {
         {"decode_tps", "tokens/s"},          {"prefill_tps", "tokens/s"},      {"bench_tg_tps", "tokens/s"},
         {"bench_pp_tps", "tokens/s"},        {"op_ms_per_token", "ms"},        {"mul_mat_share_pct", "%"}, {"prefill_mul_mat_share_pct", "%"},
         {"attention_share_pct", "%"},        {"wait_share_pct", "%"},          {"preempted_per_token", "preemptions/token"},
-        {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"moe_ms_per_token", "ms"},
+        {"gpu_graph_share_pct", "%"},        {"kq_over_weight_ratio", "ratio"}, {"kq_node_ms", "ms"}, {"moe_ms_per_token", "ms"},
         {"moe_first_call_ms", "ms"},         {"moe_major_faults_per_token", "faults/token"}, {"moe_reuse_time_r", "r"},
         {"moe_first_call_major_faults", "faults"}, {"wait_share_matmul_pct", "%"}, {"wait_share_other_pct", "%"}, {"wait_share_activation_pct", "%"},
         {"cpu_s", "s"},                      {"paired_window_pct", "%"},       {"budget_achieved_pct", "%"},
