@@ -337,6 +337,7 @@ std::vector<Figure> draw_figures(store::Database& db, const fs::path& dir, const
             gp << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8\n"
                   "set boxwidth 0.7\nset yrange [0:100]\nset ylabel 'share of the thread time (%)'\n"
                   "set xtics rotate by -60 font ',7'\nset key outside top center horizontal\n"
+                  "set bmargin 10\n"  // the rotated op_thread labels (FLASH_ATTN_EXT_t1) above the caption
                   "plot '-' using 2:xtic(5) title 'compute' lc rgb '#2874a6', '-' using 3 title "
                << gnuplot_quote(split ? "waiting for the other threads" : "wait") << " lc rgb '#f5b041'"
                << (split ? ", '-' using 4 title 'barrier exit and probes' lc rgb '#aab7b8'" : "") << "\n";
