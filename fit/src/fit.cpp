@@ -14,9 +14,10 @@ namespace profinfer {
 using namespace fit;
 
 namespace {
-// What every held-out figure's caption starts with: the machine, the level and the rounds of
+// What every held-out figure's caption starts with: the machine the sweep ran on (its results
+// folder's machine.json: never one found above the output folder), the level and the rounds of
 // that sweep.
-std::string heldout_caption(const fs::path& study, const fs::path& out_dir, const std::string& board,
+std::string heldout_caption(const fs::path& study, const std::string& board,
                             const std::map<std::string, std::string>& facts) {
     size_t lo = SIZE_MAX, hi = 0;
     if (fs::exists(study / "table.csv")) {
@@ -27,7 +28,7 @@ std::string heldout_caption(const fs::path& study, const fs::path& out_dir, cons
         }
     }
     const auto level = facts.find("level");
-    return machine_of(out_dir, board) + "; --level " + (level == facts.end() ? std::string("op") : level->second) +
+    return machine_of(study, board) + "; --level " + (level == facts.end() ? std::string("op") : level->second) +
            " (matmul-dims)" + (hi > 0 ? "; n = " + rounds_text(lo, hi) + " per point" : "");
 }
 }  // namespace
@@ -84,13 +85,13 @@ FitResult fit_models(const fs::path& results_dir, const fs::path& out_dir) {
                 if (t == "kernel_stream")
                     formula = "a·Σ bytes/(llama.cpp's kernel streaming rate for the weight's size) + c·layers + d";
         for (const auto& f : draw_decode_roofs(out_dir, roofs_heldout,
-                                               machine_of(out_dir, board) + "; untraced, warm (decode-speed" +
+                                               machine_of(results_dir / "decode-speed", board) + "; untraced, warm (decode-speed" +
                                                    (rounds == speed_facts.end() ? "" : ", " + rounds->second + " rounds") + ")",
                                                formula))
             res.written.push_back(f);
     }
     for (const auto& f : draw_heldout(out_dir, matmul_heldout, decode_heldout,
-                                      heldout_caption(study, out_dir, board, facts)))
+                                      heldout_caption(study, board, facts)))
         res.written.push_back(f);
     res.models = out;
     res.summary_md = c.md.str();
