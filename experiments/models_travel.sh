@@ -44,6 +44,11 @@ done
 [[ -f $models ]] || { echo "models_travel: no models file $models (profinfer fit RESULTS -o models.json)" >&2; exit 2; }
 [[ -x $profinfer ]] || { echo "models_travel: $profinfer is not built (make build)" >&2; exit 2; }
 mkdir -p "$out"
+# One prediction as one JSON line: predict_json MACHINE CARD THREADS [ROUND]
+predict_json() {
+  "$profinfer" predict "$models" --card "$2" --threads "$3" --machine "$1" --json |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); r=sys.argv[1:]; j.update({"round": int(r[0])} if r else {}); print(json.dumps(j))' ${4:+"$4"}
+}
 cards=(llama3.2-1b qwen2.5-1.5b gemma2-2b)
 threads=(1 2)
 pin=()
@@ -69,7 +74,7 @@ for r in csv.DictReader(open(sys.argv[1])): print(json.dumps({"card": r["card"],
   : > "$out/predicted.jsonl"
   python3 -c 'import csv,sys
 for r in csv.DictReader(open(sys.argv[1])): print(r["card"], r["threads"])' "$measured" | while read -r c t; do
-    "$profinfer" predict "$models" --card "$c" --threads "$t" --machine "$out/machine.json" --json | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' >> "$out/predicted.jsonl"
+    predict_json "$out/machine.json" "$c" "$t" >> "$out/predicted.jsonl"
   done
   rounds=0
 else
@@ -82,7 +87,7 @@ bench=$("$here/scripts/llama.sh" program debug llama-bench)
 declare -A pred
 for c in "${cards[@]}"; do
   for t in "${threads[@]}"; do
-    pred[$c,$t]=$("$profinfer" predict "$models" --card "$c" --threads "$t" --machine "$out/machine.json" --json)
+    pred[$c,$t]=$(predict_json "$out/machine.json" "$c" "$t")
   done
 done
 # Interleaved rounds: every (card, threads) once per round, in an order that turns.
@@ -106,8 +111,7 @@ json.dump(m, open(sys.argv[3], "w"))
 PY
     for c in "${cards[@]}"; do
       for t in "${threads[@]}"; do
-        "$profinfer" predict "$models" --card "$c" --threads "$t" --machine "$out/machine-r$r.json" --json |
-          python3 -c 'import json,sys; j=json.load(sys.stdin); j["round"]='"$r"'; print(json.dumps(j))' >> "$out/predicted-each-round.jsonl"
+        predict_json "$out/machine-r$r.json" "$c" "$t" "$r" >> "$out/predicted-each-round.jsonl"
       done
     done
   fi
@@ -124,7 +128,7 @@ PY
   done
   cards=("${cards[@]:1}" "${cards[0]}")
 done
-for c in "${cards[@]}"; do for t in "${threads[@]}"; do echo "${pred[$c,$t]}" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))'; done; done > "$out/predicted.jsonl"
+for c in "${cards[@]}"; do for t in "${threads[@]}"; do echo "${pred[$c,$t]}"; done; done > "$out/predicted.jsonl"
 fi
 python3 - "$out" "$hog" "$models" "$measured" <<'EOF'
 import json, statistics, sys
