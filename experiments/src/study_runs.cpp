@@ -144,8 +144,15 @@ nlohmann::json trace_derived(store::Database& trace, const std::string& tracer) 
 struct KeptMetrics {
     std::string id;
     int round;
+    int calls_dropped;
     std::string metrics;
 };
+
+// A summary from the traces keeps, beside what it was asked for, each trace's metrics with its
+// warm-up (the first calls of each phase) left out, so a clone without the traces can still ask
+// whether a verdict rests on the warm-up (`summarise --drop-first-calls 2`; the committed
+// studies are checked that way). A study recorded again and summarised once keeps both.
+constexpr int kWarmUpCalls = 2;
 
 }  // namespace
 
@@ -182,7 +189,12 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
             store::Database trace(db, store::Database::Mode::ReadOnly);
             if (facts.calls_dropped) trace.drop_first_calls(facts.calls_dropped);
             m = trace_derived(trace, r.params.at("tracer"));
-            kept.push_back({run.id, run.round, m.dump()});
+            kept.push_back({run.id, run.round, facts.calls_dropped, m.dump()});
+            if (!facts.calls_dropped) {
+                store::Database warm(db, store::Database::Mode::ReadOnly);
+                warm.drop_first_calls(kWarmUpCalls);
+                kept.push_back({run.id, run.round, kWarmUpCalls, trace_derived(warm, r.params.at("tracer")).dump()});
+            }
         } else if (!db.empty()) {
             const auto stored = ix.trace_metrics(run.id, run.round, facts.calls_dropped);
             if (!stored)
@@ -204,7 +216,7 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
     }
     if (!kept.empty()) {
         store::ExperimentIndex w(index, store::ExperimentIndex::Mode::Write);
-        for (const auto& k : kept) w.put_trace_metrics(k.id, k.round, facts.calls_dropped, k.metrics);
+        for (const auto& k : kept) w.put_trace_metrics(k.id, k.round, k.calls_dropped, k.metrics);
     }
     std::vector<Recorded> done;
     for (auto& p : points)

@@ -101,6 +101,10 @@ TEST(ExperimentRun, RecordsEachPointOnceAndResumes) {
     EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM runs a JOIN runs b ON a.round = 1 AND b.round = 2 "
                                   "WHERE b.started_at < a.ended_at"),
               0);
+    // Each traced run's metrics are kept in the index both whole and with its warm-up left out
+    // (the first 2 calls of each phase), so a clone without the traces can summarise either way.
+    EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM run_metrics WHERE calls_dropped = 0"), 4);
+    EXPECT_EQ(index_scalar(index, "SELECT count(*) FROM run_metrics WHERE calls_dropped = 2"), 4);
     for (const char* f : {"table.csv", "table.md", "points.csv", "runs.csv", "verdicts.csv", "tiny-threads-decode_tps.png", "tiny-threads-decode_tps.svg",
                           "matmuls.csv", "fit.csv", "fit.md", "tiny-threads-t1.png", "tiny-threads-t2.svg"})
         EXPECT_TRUE(fs::exists(out / f)) << f;
