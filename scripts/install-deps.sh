@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git ccache   # ccache: llama.cpp's flavours share their compiles (scripts/llama.sh)
   libbpf-dev bpftool clang llvm libelf-dev libdw-dev zlib1g-dev
   libsqlite3-dev sqlite3
   libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev

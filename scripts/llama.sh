@@ -105,12 +105,24 @@ build_flavour() { # flavour
   local server=OFF targets=("${TARGETS[@]}")
   if [[ $flavour == debug ]]; then server=ON; targets+=("${SERVER_TARGETS[@]}"); fi
   ensure_source
-  say "building llama.cpp ($flavour${ARCH:+, $ARCH}) in $dir/build — about 10 minutes on 2 cores, once"
+  # Every flavour compiles through one ccache under $ROOT: the flavours share one source and
+  # differ in a handful of files (GGML_USE_BLAS is read by ggml-backend-reg.cpp alone, and
+  # ccache's preprocessor mode hashes what a -D does, not the -D), so after the first flavour
+  # the next compiles the BLAS backend and little else. Paths are hashed relative to $ROOT and
+  # without the build directory, so that debug/build and blis/build hash alike (their debug
+  # info then names the first build's directory: only line tables read it).
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    export CCACHE_DIR=$ROOT/ccache CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=4G
+  fi
+  say "building llama.cpp ($flavour${ARCH:+, $ARCH}) in $dir/build — about 10 minutes on 2 cores for the first flavour, once"
   cmake -S "$ROOT/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server \
-    -DGGML_CCACHE=OFF "${extra[@]}" >"$dir.cmake.log" 2>&1 || die "cmake configure failed, see $dir.cmake.log"
+    -DGGML_CCACHE=OFF "${launcher[@]}" "${extra[@]}" >"$dir.cmake.log" 2>&1 || die "cmake configure failed, see $dir.cmake.log"
   cmake --build "$dir/build" -j"$(nproc)" --target "${targets[@]}" >"$dir.build.log" 2>&1 \
     || die "llama.cpp build failed, see $dir.build.log"
+  if [[ ${#launcher[@]} -gt 0 ]]; then ccache --show-stats >>"$dir.build.log" 2>&1 || true; fi
   write_manifest "$dir" "$flavour" "$dir/build/bin" "$dir/build/bin" true
 }
 
