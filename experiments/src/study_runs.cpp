@@ -190,10 +190,9 @@ std::vector<Recorded> read_runs(const ExperimentSpec& spec, const fs::path& out_
             if (facts.calls_dropped) trace.drop_first_calls(facts.calls_dropped);
             m = trace_derived(trace, r.params.at("tracer"));
             kept.push_back({run.id, run.round, facts.calls_dropped, m.dump()});
-            if (!facts.calls_dropped) {
-                store::Database warm(db, store::Database::Mode::ReadOnly);
-                warm.drop_first_calls(kWarmUpCalls);
-                kept.push_back({run.id, run.round, kWarmUpCalls, trace_derived(warm, r.params.at("tracer")).dump()});
+            if (!facts.calls_dropped) {  // the same trace, its warm-up now left out
+                trace.drop_first_calls(kWarmUpCalls);
+                kept.push_back({run.id, run.round, kWarmUpCalls, trace_derived(trace, r.params.at("tracer")).dump()});
             }
         } else if (!db.empty()) {
             const auto stored = ix.trace_metrics(run.id, run.round, facts.calls_dropped);
