@@ -162,7 +162,9 @@ case $cmd in
   ensure)
     # A cache built before a program joined TARGETS: its build tree gains it (incremental),
     # where this machine builds that cache (an x64 host, or the cross build; never a board).
-    if [[ -f $manifest && -d $ROOT/$flavour/build && ( $TARGET == x64 || -n $ARCH ) ]]; then
+    # A built flavour whose build tree was removed is built again, not left as a manifest
+    # naming programs that are gone.
+    if [[ -f $manifest && $flavour =~ ^(debug|blis|openblas)$ && ( $TARGET == x64 || -n $ARCH ) ]]; then
       wanted=("${TARGETS[@]}"); [[ $flavour == debug ]] && wanted+=("${SERVER_TARGETS[@]}")
       for t in "${wanted[@]}"; do
         if [[ ! -x $ROOT/$flavour/build/bin/$t ]]; then
