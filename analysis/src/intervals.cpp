@@ -1,5 +1,6 @@
 #include "profinfer/intervals.h"
 
+#include <cmath>
 #include <algorithm>
 #include <cstdint>
 
@@ -100,6 +101,19 @@ Verdict judge_within(const Interval& e, double lo, double hi) {
     if (lo <= e.lo && e.hi <= hi) return Verdict::Reproduced;
     if (e.hi < lo || e.lo > hi) return Verdict::NotReproduced;
     return Verdict::WithinNoise;
+}
+
+size_t rounds_to_decide(const Interval& e, const std::vector<double>& bounds) {
+    if (!e.has_interval() || e.n == 0) return 0;
+    double need = 0;
+    for (const double b : bounds) {
+        if (b < e.lo || b > e.hi) continue;  // this bound is decided already
+        const double distance = std::fabs(e.median - b);
+        if (!(distance > 0)) return 0;       // a median on the bound: no number of rounds decides it
+        const double side = b < e.median ? e.median - e.lo : e.hi - e.median;  // the half facing b
+        need = std::max(need, double(e.n) * (side / distance) * (side / distance));
+    }
+    return size_t(std::ceil(need - 1e-9));  // 20 × (2 / 0.2)² is 2000, not 2000.0000001
 }
 
 }  // namespace profinfer

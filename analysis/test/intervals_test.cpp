@@ -141,3 +141,18 @@ TEST(Intervals, JudgeNeedsTheWholeIntervalOnOneSide) {
     EXPECT_EQ(judge(e, 1, false), Verdict::WithinNoise);
     EXPECT_EQ(to_string(Verdict::WithinNoise), "within noise");
 }
+
+TEST(Intervals, RoundsToDecideScaleWithTheSquareOfTheIntervalOverTheDistance) {
+    Interval e{0.5, -1.5, 2.5, 20};  // half-width 2, median 0.5 from 0
+    // No effect at 0: 20 × (2 / 0.5)² = 320 rounds.
+    EXPECT_EQ(rounds_to_decide(e, {0}), 320u);
+    // An equivalence ±0.7 around 0: the nearer end (0.7) is 0.2 away → 20 × 10² = 2000.
+    EXPECT_EQ(rounds_to_decide(e, {-0.7, 0.7}), 2000u);
+    // The half facing the bound counts, not the mean half-width: 3.85 lies 2.29 below 6.14,
+    // the bound 4 lies 2.14 below it → 20 × (2.29 / 2.14)² ≈ 22.9.
+    EXPECT_EQ(rounds_to_decide(Interval{6.14, 3.85, 7.84, 20}, {4}), 23u);
+    // An interval that decides already (crosses no bound), or a median on the bound: nothing to say.
+    EXPECT_EQ(rounds_to_decide(Interval{3, 2.8, 3.2, 20}, {0}), 0u);
+    EXPECT_EQ(rounds_to_decide(Interval{0, -1, 1, 20}, {0}), 0u);
+    EXPECT_EQ(rounds_to_decide(Interval{}, {0}), 0u);
+}

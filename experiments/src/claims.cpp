@@ -45,6 +45,16 @@ Testbed Testbed::here() {
 
 namespace {
 
+// What a within-noise verdict lacks: about how many rounds at this spread would decide it
+// (against value, or value ± margin; against factor for a ratio).
+std::string rounds_wanted(const Claim& c, const Interval& e) {
+    std::vector<double> bounds;
+    if (c.value) bounds = c.margin ? std::vector<double>{*c.value - *c.margin, *c.value + *c.margin} : std::vector<double>{*c.value};
+    else bounds = c.margin ? std::vector<double>{c.factor * (1 - *c.margin), c.factor * (1 + *c.margin)} : std::vector<double>{c.factor};
+    const size_t n = rounds_to_decide(e, bounds);
+    return n ? "about " + std::to_string(n) + " rounds at this spread would decide it" : "";
+}
+
 // A trend claim (over = PARAM): per group of a's points (the parameters other than PARAM that
 // vary), per round measured at every value of PARAM, the least-squares slope of the metric
 // against PARAM; its median over the rounds and interval, held against value.
@@ -87,6 +97,7 @@ void evaluate_trend(const Claim& c, const std::vector<PointSamples>& points, std
             r.estimate = median_interval(slopes);
             r.verdict = c.margin ? judge_within(r.estimate, *c.value - *c.margin, *c.value + *c.margin)
                                  : judge(r.estimate, *c.value, c.expect_greater);
+            if (r.verdict == Verdict::WithinNoise) r.reason = rounds_wanted(c, r.estimate);
             if (r.verdict == Verdict::NotTestable)
                 r.reason = "n = " + rounds_text(r.estimate.n) + " rounds with every value of " + c.over +
                            ": too few for an interval (at least " + std::to_string(kMinRoundsForInterval) + ")";
@@ -174,6 +185,7 @@ std::vector<ClaimResult> evaluate_claims(const ExperimentSpec& spec, const std::
                                          : judge(r.estimate, c.factor, c.expect_greater);
                 }
             }
+            if (r.verdict == Verdict::WithinNoise) r.reason = rounds_wanted(c, r.estimate);
             if (r.verdict == Verdict::NotTestable && r.reason.empty())
                 r.reason = r.estimate.n == 0 ? c.metric + " was not measured in a"
                                              : "n = " + rounds_text(r.estimate.n) + ": too few for an interval (at least " +

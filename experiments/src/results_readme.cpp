@@ -239,7 +239,8 @@ fs::path write_results_readme(const fs::path& dir) {
           "every point, in an order of its own), and gives per point the median over the rounds with a 95 % "
           "bootstrap interval. Each claim of the paper is a comparison of two points measured in the same rounds (the median of each "
           "round's own ratio, so that what drifts between rounds cancels); it is **reproduced** or "
-          "**not reproduced** only when its interval excludes no effect, **within noise** when it does not (an "
+          "**not reproduced** only when its interval excludes no effect, **within noise** when it does not (with, "
+          "in the studies summarised since 2026-12-08, about how many rounds at the measured spread would decide it; an "
           "equivalence, `≈ ± m`, the paper's \"unaffected\": reproduced only when the whole interval lies within the "
           "margin), and "
           "**not testable here** with the reason. docs/experiments.md explains the method and each study.\n\n";

@@ -57,4 +57,11 @@ Verdict judge(const Interval& estimate, double no_effect, bool expect_greater);
 // interval too wide to tell).
 Verdict judge_within(const Interval& estimate, double lo, double hi);
 
+// Within noise: about how many rounds would decide it, were the median to stay and the
+// interval to narrow as 1/√n — the rounds at which the half of it facing each bound it
+// contains (of BOUNDS: the no-effect value, or an equivalence's two ends) falls under the
+// median's distance to that bound. 0 when the interval decides already, has none, or its
+// median sits on a bound.
+size_t rounds_to_decide(const Interval& estimate, const std::vector<double>& bounds);
+
 }  // namespace profinfer
